@@ -1,0 +1,78 @@
+//! Layers: block devices that wrap another one and change part of its behaviour.
+//!
+//! Implement [`Layer`] (only `inner` is required; every other method delegates by
+//! default) and wrap the value in [`Layered`] to get a [`BlockDev`].
+
+use std::sync::Arc;
+
+use crate::{BlockDev, BlockSizes, IoResult};
+
+/// A block device that forwards to an inner device unless it overrides a method.
+pub trait Layer: Send + Sync {
+    /// The device this layer wraps.
+    fn inner(&self) -> &Arc<dyn BlockDev>;
+
+    /// Size in bytes (default: the inner device's).
+    fn size(&self) -> u64 {
+        self.inner().size()
+    }
+    /// Block-size constraints (default: the inner device's).
+    fn block_sizes(&self) -> BlockSizes {
+        self.inner().block_sizes()
+    }
+    /// See [`BlockDev::read`].
+    fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
+        self.inner().read(offset, buf)
+    }
+    /// See [`BlockDev::write`].
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
+        self.inner().write(offset, data, fua)
+    }
+    /// See [`BlockDev::flush`].
+    fn flush(&self) -> IoResult {
+        self.inner().flush()
+    }
+    /// See [`BlockDev::trim`].
+    fn trim(&self, offset: u64, len: u64) -> IoResult {
+        self.inner().trim(offset, len)
+    }
+    /// See [`BlockDev::write_zeroes`].
+    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
+        self.inner().write_zeroes(offset, len, fua)
+    }
+    /// See [`BlockDev::read_only`].
+    fn read_only(&self) -> bool {
+        self.inner().read_only()
+    }
+}
+
+/// Adapts any [`Layer`] into a [`BlockDev`].
+#[derive(Debug)]
+pub struct Layered<L>(pub L);
+
+impl<L: Layer> BlockDev for Layered<L> {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn block_sizes(&self) -> BlockSizes {
+        self.0.block_sizes()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
+        self.0.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
+        self.0.write(offset, data, fua)
+    }
+    fn flush(&self) -> IoResult {
+        self.0.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> IoResult {
+        self.0.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
+        self.0.write_zeroes(offset, len, fua)
+    }
+    fn read_only(&self) -> bool {
+        self.0.read_only()
+    }
+}

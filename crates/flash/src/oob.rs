@@ -1,0 +1,91 @@
+//! The out-of-band (spare) area of a page.
+//!
+//! Real NAND pages carry a few spare bytes beside the data, where FTLs keep what
+//! they need to rebuild their mapping after a crash. flexssd's record names the
+//! page's owner, the logical page it holds, a sequence number that orders all of an
+//! owner's writes, and its kind. A CRC makes a torn record read as "not programmed".
+
+use crate::{FlashError, Result};
+
+/// Bytes of out-of-band data per page.
+pub const OOB_SIZE: usize = 32;
+const MAGIC: u32 = 0x4F4F_4246; // "FBOO"
+
+/// What a programmed page holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum OobKind {
+    /// Host data for logical page `lba`.
+    Data = 1,
+    /// A trim record: the page's data lists the logical ranges discarded at `seq`.
+    Trim = 2,
+}
+
+/// The out-of-band record of one page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Oob {
+    /// Owner (vSSD id) of the page.
+    pub owner: u32,
+    /// What the page holds.
+    pub kind: OobKind,
+    /// Logical page number (for [`OobKind::Data`]).
+    pub lba: u64,
+    /// Sequence number of the write that produced the content (kept when GC moves it).
+    pub seq: u64,
+}
+
+impl Oob {
+    /// Serialises the record.
+    pub fn encode(&self) -> [u8; OOB_SIZE] {
+        let mut b = [0u8; OOB_SIZE];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&self.owner.to_le_bytes());
+        b[8..16].copy_from_slice(&self.lba.to_le_bytes());
+        b[16..24].copy_from_slice(&self.seq.to_le_bytes());
+        b[24] = self.kind as u8;
+        let crc = crc32fast::hash(&b[..28]);
+        b[28..32].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Parses a record; `None` for an erased or torn area.
+    pub fn decode(b: &[u8]) -> Option<Oob> {
+        if b.len() < OOB_SIZE || u32::from_le_bytes(b[0..4].try_into().ok()?) != MAGIC {
+            return None;
+        }
+        if crc32fast::hash(&b[..28]) != u32::from_le_bytes(b[28..32].try_into().ok()?) {
+            return None;
+        }
+        let kind = match b[24] {
+            1 => OobKind::Data,
+            2 => OobKind::Trim,
+            _ => return None,
+        };
+        Some(Oob {
+            owner: u32::from_le_bytes(b[4..8].try_into().ok()?),
+            lba: u64::from_le_bytes(b[8..16].try_into().ok()?),
+            seq: u64::from_le_bytes(b[16..24].try_into().ok()?),
+            kind,
+        })
+    }
+
+    /// Parses a record that must be present.
+    pub fn decode_required(b: &[u8]) -> Result<Oob> {
+        Oob::decode(b).ok_or(FlashError::BadLength { expected: OOB_SIZE, got: b.len() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_torn_records() {
+        let o = Oob { owner: 7, kind: OobKind::Trim, lba: 1 << 40, seq: 99 };
+        let mut b = o.encode();
+        assert_eq!(Oob::decode(&b), Some(o));
+        b[10] ^= 1;
+        assert_eq!(Oob::decode(&b), None, "a flipped bit must fail the CRC");
+        assert_eq!(Oob::decode(&[0u8; OOB_SIZE]), None);
+    }
+}

@@ -1,0 +1,212 @@
+//! Where the emulated flash keeps its bytes.
+//!
+//! Two regions, both memory mappings: the page data, and a metadata region holding
+//! a header, the per-block erase counts and the per-page OOB records. With the file
+//! backend both are `MAP_SHARED` mappings of sparse files, so a write is a `memcpy`
+//! that the kernel persists even if the process is killed, `sync` is `msync`, and an
+//! erase punches a hole in the data file (the bytes are gone, not just forgotten).
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use memmap2::{MmapOptions, MmapRaw};
+use serde::{Deserialize, Serialize};
+
+use crate::{BlockId, FlashError, Geometry, PageId, Result, OOB_SIZE};
+
+const HEADER: usize = 4096;
+const FILE_MAGIC: &[u8; 8] = b"FLEXSSD1";
+
+/// Where the device's bytes live.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", deny_unknown_fields)]
+pub enum Backend {
+    /// Anonymous memory: fast, lost when the process exits.
+    Memory,
+    /// A sparse data file `PATH` and a metadata file `PATH.meta`; survives restarts
+    /// and `kill -9`.
+    File {
+        /// Path of the data file.
+        path: PathBuf,
+    },
+}
+
+pub(crate) struct Store {
+    geo: Geometry,
+    data: MmapRaw,
+    meta: MmapRaw,
+    data_file: Option<File>,
+    erase_off: usize,
+    oob_off: usize,
+}
+
+// SAFETY: the raw mappings are plain memory; `FlashDevice` serialises all access to
+// any one block under that block's channel lock, so no two threads touch the same
+// bytes at once.
+unsafe impl Send for Store {}
+unsafe impl Sync for Store {}
+
+fn round_up(x: usize, a: usize) -> usize {
+    x.div_ceil(a) * a
+}
+
+impl Store {
+    fn meta_len(geo: &Geometry) -> (usize, usize, usize) {
+        let erase_off = HEADER;
+        let oob_off = round_up(erase_off + geo.total_blocks() as usize * 4, 4096);
+        let len = oob_off + geo.total_pages() as usize * OOB_SIZE;
+        (erase_off, oob_off, len)
+    }
+
+    fn header(geo: &Geometry) -> Vec<u8> {
+        let mut h = Vec::with_capacity(64);
+        h.extend_from_slice(FILE_MAGIC);
+        for v in [
+            1u32,
+            geo.channels,
+            geo.dies_per_channel,
+            geo.planes_per_die,
+            geo.blocks_per_plane,
+            geo.pages_per_block,
+            geo.page_size,
+        ] {
+            h.extend_from_slice(&v.to_le_bytes());
+        }
+        h
+    }
+
+    pub(crate) fn open(backend: &Backend, geo: Geometry) -> Result<(Self, bool)> {
+        let (erase_off, oob_off, meta_len) = Self::meta_len(&geo);
+        let data_len = geo.total_bytes() as usize;
+        match backend {
+            Backend::Memory => {
+                let data = MmapRaw::from(MmapOptions::new().len(data_len).map_anon()?);
+                let meta = MmapRaw::from(MmapOptions::new().len(meta_len).map_anon()?);
+                Ok((Store { geo, data, meta, data_file: None, erase_off, oob_off }, true))
+            }
+            Backend::File { path } => {
+                let meta_path = meta_path(path);
+                let fresh = !meta_path.exists();
+                let bad = |reason: String| FlashError::BadDeviceFile { path: meta_path.display().to_string(), reason };
+                let meta_file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&meta_path)?;
+                let data_file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+                let want = Self::header(&geo);
+                if fresh || meta_file.metadata()?.len() == 0 {
+                    meta_file.set_len(meta_len as u64)?;
+                    data_file.set_len(data_len as u64)?;
+                    use std::os::unix::fs::FileExt;
+                    meta_file.write_all_at(&want, 0)?;
+                    meta_file.sync_all()?;
+                } else {
+                    use std::os::unix::fs::FileExt;
+                    let mut got = vec![0u8; want.len()];
+                    meta_file.read_exact_at(&mut got, 0).map_err(|e| bad(format!("cannot read header: {e}")))?;
+                    if &got[..8] != FILE_MAGIC {
+                        return Err(bad("not a flexssd device metadata file".into()));
+                    }
+                    if got != want {
+                        return Err(bad(format!(
+                            "made with another geometry (file header {:?}, configured {:?}); use the old geometry or a new data directory",
+                            &got[8..],
+                            &want[8..]
+                        )));
+                    }
+                    if meta_file.metadata()?.len() < meta_len as u64 || data_file.metadata()?.len() < data_len as u64 {
+                        return Err(bad("file is shorter than its geometry needs (truncated?)".into()));
+                    }
+                }
+                let meta = MmapOptions::new().len(meta_len).map_raw(&meta_file)?;
+                let data = MmapOptions::new().len(data_len).map_raw(&data_file)?;
+                Ok((Store { geo, data, meta, data_file: Some(data_file), erase_off, oob_off }, fresh))
+            }
+        }
+    }
+
+    /// Pointer to a page's data. Caller holds the page's channel lock.
+    pub(crate) fn page_ptr(&self, p: PageId) -> *mut u8 {
+        debug_assert!(p < self.geo.total_pages());
+        // SAFETY: in bounds by the check above (callers validate page ids).
+        unsafe { self.data.as_mut_ptr().add(p as usize * self.geo.page_size as usize) }
+    }
+
+    pub(crate) fn oob(&self, p: PageId) -> &[u8] {
+        let off = self.oob_off + p as usize * OOB_SIZE;
+        // SAFETY: in bounds; the bytes are plain data.
+        unsafe { std::slice::from_raw_parts(self.meta.as_ptr().add(off), OOB_SIZE) }
+    }
+
+    pub(crate) fn set_oob(&self, p: PageId, rec: &[u8; OOB_SIZE]) {
+        let off = self.oob_off + p as usize * OOB_SIZE;
+        // SAFETY: in bounds; caller holds the channel lock of the page.
+        unsafe { std::ptr::copy_nonoverlapping(rec.as_ptr(), self.meta.as_mut_ptr().add(off), OOB_SIZE) }
+    }
+
+    pub(crate) fn erase_count(&self, b: BlockId) -> u32 {
+        let off = self.erase_off + b as usize * 4;
+        let mut v = [0u8; 4];
+        // SAFETY: in bounds.
+        unsafe { std::ptr::copy_nonoverlapping(self.meta.as_ptr().add(off), v.as_mut_ptr(), 4) };
+        u32::from_le_bytes(v)
+    }
+
+    fn set_erase_count(&self, b: BlockId, n: u32) {
+        let off = self.erase_off + b as usize * 4;
+        // SAFETY: in bounds; caller holds the channel lock of the block.
+        unsafe { std::ptr::copy_nonoverlapping(n.to_le_bytes().as_ptr(), self.meta.as_mut_ptr().add(off), 4) };
+    }
+
+    /// Erases a block: its data is discarded (hole punched or pages dropped), its OOB
+    /// records zeroed, its erase count incremented.
+    pub(crate) fn erase(&self, b: BlockId) -> Result<()> {
+        let ppb = self.geo.pages_per_block as usize;
+        let first = self.geo.first_page(b);
+        let bytes = self.geo.block_bytes() as usize;
+        let start = first as usize * self.geo.page_size as usize;
+        // SAFETY (all three blocks): in-bounds ranges of our own mappings, under the
+        // block's channel lock.
+        let page_aligned = start % 4096 == 0 && bytes % 4096 == 0;
+        match (&self.data_file, page_aligned) {
+            (Some(f), true) => {
+                use std::os::fd::AsRawFd;
+                let r = unsafe {
+                    libc::fallocate(
+                        f.as_raw_fd(),
+                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                        start as libc::off_t,
+                        bytes as libc::off_t,
+                    )
+                };
+                if r != 0 {
+                    // File systems without hole punching: write zeros instead.
+                    unsafe { std::ptr::write_bytes(self.data.as_mut_ptr().add(start), 0, bytes) };
+                }
+            }
+            (None, true) => {
+                let r = unsafe { libc::madvise(self.data.as_mut_ptr().add(start) as *mut _, bytes, libc::MADV_DONTNEED) };
+                if r != 0 {
+                    unsafe { std::ptr::write_bytes(self.data.as_mut_ptr().add(start), 0, bytes) };
+                }
+            }
+            _ => unsafe { std::ptr::write_bytes(self.data.as_mut_ptr().add(start), 0, bytes) },
+        }
+        let off = self.oob_off + first as usize * OOB_SIZE;
+        unsafe { std::ptr::write_bytes(self.meta.as_mut_ptr().add(off), 0, ppb * OOB_SIZE) };
+        self.set_erase_count(b, self.erase_count(b).saturating_add(1));
+        Ok(())
+    }
+
+    pub(crate) fn sync(&self) -> Result<()> {
+        if self.data_file.is_some() {
+            self.data.flush()?;
+            self.meta.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// The metadata file that goes with a data file.
+pub(crate) fn meta_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".meta");
+    PathBuf::from(s)
+}
