@@ -1,0 +1,122 @@
+//! Errors of the control plane.
+//!
+//! Every error says what was wrong in words a user of the CLI can act on, and has an
+//! [`ErrorKind`] so that the HTTP API can map it to a status code without parsing
+//! messages.
+
+/// Broad classes of failure, for mapping to HTTP status codes and exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request is malformed or asks for something impossible (HTTP 400).
+    BadRequest,
+    /// The named vSSD or device does not exist (HTTP 404).
+    NotFound,
+    /// The request conflicts with existing state: duplicate name, overlapping
+    /// placement (HTTP 409).
+    Conflict,
+    /// Not enough free flash (channels) for the request (HTTP 507).
+    NoSpace,
+    /// Anything else: store, flash or FTL failure (HTTP 500).
+    Internal,
+}
+
+/// Why a control-plane operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// A vSSD name that cannot be an NBD export name.
+    #[error("invalid vSSD name {0:?}: a name is 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-'")]
+    InvalidName(String),
+    /// A vSSD of that name exists already.
+    #[error("a vSSD named {0:?} already exists")]
+    Duplicate(String),
+    /// No vSSD of that name.
+    #[error("no vSSD named {0:?}")]
+    NoSuchVssd(String),
+    /// No device of that name.
+    #[error("no device named {0:?}")]
+    NoSuchDevice(String),
+    /// Not enough unused channels.
+    #[error("not enough free channels: {requested} requested, {free} free on device {device}")]
+    NotEnoughChannels {
+        /// Device searched.
+        device: String,
+        /// Channels asked for.
+        requested: u32,
+        /// Channels with no vSSD on them.
+        free: u32,
+    },
+    /// An explicit placement overlaps flash that another vSSD owns.
+    #[error("placement overlaps vSSD {other:?} on channel {channel} (blocks {ours} vs {theirs})")]
+    Overlap {
+        /// The vSSD that owns the flash already.
+        other: String,
+        /// The channel where they meet.
+        channel: u32,
+        /// The requested block range.
+        ours: String,
+        /// The other vSSD's block range on that channel.
+        theirs: String,
+    },
+    /// A capacity above what the flash can hold.
+    #[error("capacity {requested} bytes is more than the {max} bytes this placement can hold (at most {max_human})")]
+    CapacityTooLarge {
+        /// Requested (rounded up to a page).
+        requested: u64,
+        /// Largest possible.
+        max: u64,
+        /// `max` in human units.
+        max_human: String,
+    },
+    /// Any other malformed request.
+    #[error("{0}")]
+    Invalid(String),
+    /// The configuration is unusable.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The embedded control store failed.
+    #[error("control store: {0}")]
+    Store(String),
+    /// The FTL failed.
+    #[error(transparent)]
+    Ftl(#[from] ftl::FtlError),
+    /// The flash model failed (opening a device, mostly).
+    #[error("flash device {device}: {source}")]
+    Flash {
+        /// Device name.
+        device: String,
+        /// What went wrong.
+        source: flash::FlashError,
+    },
+    /// A file-system operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl ControlError {
+    /// The class of the error.
+    pub fn kind(&self) -> ErrorKind {
+        use ControlError::*;
+        match self {
+            InvalidName(_) | CapacityTooLarge { .. } | Invalid(_) | Config(_) => ErrorKind::BadRequest,
+            NoSuchVssd(_) | NoSuchDevice(_) => ErrorKind::NotFound,
+            Duplicate(_) | Overlap { .. } => ErrorKind::Conflict,
+            NotEnoughChannels { .. } => ErrorKind::NoSpace,
+            Ftl(ftl::FtlError::Config(_)) => ErrorKind::BadRequest,
+            Ftl(ftl::FtlError::NoSpace(_)) => ErrorKind::NoSpace,
+            Store(_) | Ftl(_) | Flash { .. } | Io { .. } => ErrorKind::Internal,
+        }
+    }
+}
+
+/// Result type of this crate.
+pub type Result<T, E = ControlError> = std::result::Result<T, E>;
+
+/// Converts any redb error into [`ControlError::Store`].
+pub(crate) fn store_err(e: impl Into<redb::Error>) -> ControlError {
+    ControlError::Store(e.into().to_string())
+}

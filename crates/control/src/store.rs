@@ -1,0 +1,257 @@
+//! Persistent control state in an embedded transactional store (redb).
+//!
+//! The store holds what the host manager must find again after a restart or a crash:
+//! the devices it manages and the vSSD records (which flash each vSSD owns, its id,
+//! capacity and lifecycle state). Values are JSON so that records can gain fields
+//! without a migration. Each change is one redb write transaction, committed durably
+//! before the caller goes on, so a record's state always tells how far a lifecycle
+//! operation got (see [`VssdState`]).
+
+use std::path::Path;
+
+use flash::{Backend, Geometry, Timing};
+use ftl::{Extent, GcPolicyKind};
+use redb::{Database, ReadableTable, TableDefinition};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::error::store_err;
+use crate::{ControlError, Result};
+
+const DEVICES: TableDefinition<&str, &str> = TableDefinition::new("devices");
+const VSSDS: TableDefinition<&str, &str> = TableDefinition::new("vssds");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+const NEXT_ID: &str = "next_vssd_id";
+const INITIALIZED: &str = "initialized";
+
+/// A device as recorded in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceRecord {
+    /// Device name.
+    pub name: String,
+    /// Where its bytes live (default paths already resolved).
+    pub backend: Backend,
+    /// Shape; fixed for the device's life.
+    pub geometry: Geometry,
+    /// Latencies; may change between runs.
+    pub timing: Timing,
+}
+
+/// How far a vSSD's lifecycle has got. Recovery at startup finishes or undoes any
+/// operation a crash interrupted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VssdState {
+    /// Recorded, flash not yet set up; startup erases its flash and drops it.
+    Creating,
+    /// In service.
+    Active,
+    /// Being deleted: its flash is erased before the record goes and the channels
+    /// are free again; startup finishes the job.
+    Deleting,
+}
+
+/// A vSSD as recorded in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VssdRecord {
+    /// Owner id in the flash OOB records and checkpoint key; never reused.
+    pub id: u32,
+    /// Name (NBD export name).
+    pub name: String,
+    /// Device it lives on.
+    pub device: String,
+    /// Flash it owns.
+    pub extents: Vec<Extent>,
+    /// Exported size in bytes.
+    pub capacity_bytes: u64,
+    /// GC victim policy.
+    pub gc: GcPolicyKind,
+    /// Lifecycle state.
+    pub state: VssdState,
+}
+
+/// The control store: a redb database, on disk or in memory.
+pub struct ControlStore {
+    db: Database,
+}
+
+impl std::fmt::Debug for ControlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlStore").finish_non_exhaustive()
+    }
+}
+
+fn decode<T: DeserializeOwned>(table: &str, key: &str, v: &str) -> Result<T> {
+    serde_json::from_str(v).map_err(|e| ControlError::Store(format!("corrupt {table} record {key:?}: {e}")))
+}
+
+fn encode<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("records serialize")
+}
+
+impl ControlStore {
+    /// Opens (creating if needed) the store file at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let db = Database::create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => ControlError::Store(format!(
+                "{} is already open (is another flexssd daemon using this data directory?)",
+                path.display()
+            )),
+            other => ControlError::Store(format!("{}: {other}", path.display())),
+        })?;
+        Self::init(db)
+    }
+
+    /// A store in memory (tests, simulator): forgotten when dropped.
+    pub fn memory() -> Result<Self> {
+        let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).map_err(store_err)?;
+        Self::init(db)
+    }
+
+    fn init(db: Database) -> Result<Self> {
+        let tx = db.begin_write().map_err(store_err)?;
+        tx.open_table(DEVICES).map_err(store_err)?;
+        tx.open_table(VSSDS).map_err(store_err)?;
+        tx.open_table(META).map_err(store_err)?;
+        tx.commit().map_err(store_err)?;
+        Ok(Self { db })
+    }
+
+    fn all<T: DeserializeOwned>(&self, def: TableDefinition<&str, &str>, what: &str) -> Result<Vec<T>> {
+        let tx = self.db.begin_read().map_err(store_err)?;
+        let t = tx.open_table(def).map_err(store_err)?;
+        let mut out = Vec::new();
+        for item in t.iter().map_err(store_err)? {
+            let (k, v) = item.map_err(store_err)?;
+            out.push(decode(what, k.value(), v.value())?);
+        }
+        Ok(out)
+    }
+
+    fn put(&self, def: TableDefinition<&str, &str>, key: &str, value: &str) -> Result<()> {
+        let tx = self.db.begin_write().map_err(store_err)?;
+        tx.open_table(def).map_err(store_err)?.insert(key, value).map_err(store_err)?;
+        tx.commit().map_err(store_err)
+    }
+
+    /// Every recorded device, by name.
+    pub fn devices(&self) -> Result<Vec<DeviceRecord>> {
+        self.all(DEVICES, "device")
+    }
+
+    /// Records (or replaces) a device.
+    pub fn put_device(&self, d: &DeviceRecord) -> Result<()> {
+        self.put(DEVICES, &d.name, &encode(d))
+    }
+
+    /// Every recorded vSSD, by name.
+    pub fn vssds(&self) -> Result<Vec<VssdRecord>> {
+        self.all(VSSDS, "vSSD")
+    }
+
+    /// Records (or replaces) a vSSD.
+    pub fn put_vssd(&self, v: &VssdRecord) -> Result<()> {
+        self.put(VSSDS, &v.name, &encode(v))
+    }
+
+    /// Records a new vSSD, built by `make` from a fresh id, in one transaction with
+    /// the id counter. Fails if a record of that name exists.
+    pub fn insert_new_vssd(&self, make: impl FnOnce(u32) -> VssdRecord) -> Result<VssdRecord> {
+        let tx = self.db.begin_write().map_err(store_err)?;
+        let rec = {
+            let mut meta = tx.open_table(META).map_err(store_err)?;
+            let id = meta.get(NEXT_ID).map_err(store_err)?.map_or(1, |v| v.value());
+            let id32 = u32::try_from(id).map_err(|_| ControlError::Store("vSSD ids exhausted".into()))?;
+            meta.insert(NEXT_ID, id + 1).map_err(store_err)?;
+            let rec = make(id32);
+            let mut t = tx.open_table(VSSDS).map_err(store_err)?;
+            if t.get(rec.name.as_str()).map_err(store_err)?.is_some() {
+                return Err(ControlError::Duplicate(rec.name));
+            }
+            t.insert(rec.name.as_str(), encode(&rec).as_str()).map_err(store_err)?;
+            rec
+        };
+        tx.commit().map_err(store_err)?;
+        Ok(rec)
+    }
+
+    /// Forgets a vSSD record.
+    pub fn remove_vssd(&self, name: &str) -> Result<()> {
+        let tx = self.db.begin_write().map_err(store_err)?;
+        tx.open_table(VSSDS).map_err(store_err)?.remove(name).map_err(store_err)?;
+        tx.commit().map_err(store_err)
+    }
+
+    /// Whether the initial vSSDs of the configuration were created already.
+    pub fn initialized(&self) -> Result<bool> {
+        let tx = self.db.begin_read().map_err(store_err)?;
+        let t = tx.open_table(META).map_err(store_err)?;
+        Ok(t.get(INITIALIZED).map_err(store_err)?.is_some_and(|v| v.value() != 0))
+    }
+
+    /// Notes that the initial vSSDs were created, so that they are not re-created
+    /// after the user deletes them.
+    pub fn set_initialized(&self) -> Result<()> {
+        let tx = self.db.begin_write().map_err(store_err)?;
+        tx.open_table(META).map_err(store_err)?.insert(INITIALIZED, 1).map_err(store_err)?;
+        tx.commit().map_err(store_err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(id: u32, name: &str) -> VssdRecord {
+        VssdRecord {
+            id,
+            name: name.into(),
+            device: "ssd0".into(),
+            extents: vec![Extent { channel: 0, first_block: 0, blocks: 4 }],
+            capacity_bytes: 1 << 20,
+            gc: GcPolicyKind::Greedy,
+            state: VssdState::Active,
+        }
+    }
+
+    #[test]
+    fn records_survive_reopen() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("control.redb");
+        {
+            let s = ControlStore::open(&path).unwrap();
+            assert!(!s.initialized().unwrap());
+            let a = s.insert_new_vssd(|id| rec(id, "a")).unwrap();
+            let b = s.insert_new_vssd(|id| rec(id, "b")).unwrap();
+            assert_eq!((a.id, b.id), (1, 2));
+            assert!(matches!(s.insert_new_vssd(|id| rec(id, "a")), Err(ControlError::Duplicate(_))));
+            s.put_vssd(&VssdRecord { state: VssdState::Deleting, ..b }).unwrap();
+            s.put_device(&DeviceRecord {
+                name: "ssd0".into(),
+                backend: Backend::Memory,
+                geometry: Geometry::default(),
+                timing: Timing::default(),
+            })
+            .unwrap();
+            s.set_initialized().unwrap();
+        }
+        let s = ControlStore::open(&path).unwrap();
+        assert!(s.initialized().unwrap());
+        let v = s.vssds().unwrap();
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[1].state, VssdState::Deleting);
+        assert_eq!(s.devices().unwrap()[0].name, "ssd0");
+        s.remove_vssd("a").unwrap();
+        // Ids are never reused after a removal (a failed insert takes none).
+        assert_eq!(s.insert_new_vssd(|id| rec(id, "c")).unwrap().id, 3);
+    }
+
+    #[test]
+    fn second_open_of_the_same_file_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("control.redb");
+        let _s = ControlStore::open(&path).unwrap();
+        let e = ControlStore::open(&path).unwrap_err().to_string();
+        assert!(e.contains("already open"), "{e}");
+    }
+}

@@ -1,0 +1,262 @@
+//! Property tests: under random reads, writes (aligned or not), trims,
+//! write-zeroes, checkpoints and crashes, every read returns the last write.
+//!
+//! The reference model is `blockdev::MemDev`. A "crash" drops the vSSD without a
+//! clean close and re-opens it from the same flash and checkpoint store, which is
+//! what a `kill -9` of the daemon leaves behind (every programmed page survives).
+
+use std::sync::Arc;
+
+use blockdev::{BlockDev, MemDev};
+use clock::VirtualClock;
+use flash::{Backend, FlashDevice, Geometry, Timing};
+use ftl::{max_capacity, CheckpointStore, Extent, GcPolicyKind, MemCheckpoints, Vssd, VssdConfig};
+use proptest::prelude::*;
+
+fn geo() -> Geometry {
+    Geometry { channels: 2, dies_per_channel: 2, planes_per_die: 1, blocks_per_plane: 12, pages_per_block: 8, page_size: 512 }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write { off: u64, len: u64, byte: u8 },
+    Read { off: u64, len: u64 },
+    Trim { off: u64, len: u64 },
+    Zero { off: u64, len: u64 },
+    Checkpoint,
+    Crash,
+}
+
+fn op(cap: u64) -> impl Strategy<Value = Op> {
+    let range = (0..cap).prop_flat_map(move |off| (Just(off), 1..=(cap - off).min(2048)));
+    prop_oneof![
+        10 => (range.clone(), any::<u8>()).prop_map(|((off, len), byte)| Op::Write { off, len, byte }),
+        4 => range.clone().prop_map(|(off, len)| Op::Read { off, len }),
+        2 => range.clone().prop_map(|(off, len)| Op::Trim { off, len }),
+        1 => range.prop_map(|(off, len)| Op::Zero { off, len }),
+        1 => Just(Op::Checkpoint),
+        1 => Just(Op::Crash),
+    ]
+}
+
+fn cfg(g: &Geometry, gc: GcPolicyKind) -> VssdConfig {
+    let extents: Vec<Extent> = (0..g.channels).map(|c| Extent::whole_channel(g, c)).collect();
+    let capacity_bytes = max_capacity(g, &extents);
+    VssdConfig { id: 1, name: "t".into(), extents, capacity_bytes, gc }
+}
+
+fn check_all(v: &Vssd, m: &MemDev) {
+    let n = m.size() as usize;
+    let mut a = vec![0u8; n];
+    let mut b = vec![0u8; n];
+    v.read(0, &mut a).unwrap();
+    m.read(0, &mut b).unwrap();
+    assert!(a == b, "device content differs from the model");
+}
+
+fn run(ops: Vec<Op>, gc: GcPolicyKind) {
+    let g = geo();
+    let dev = Arc::new(FlashDevice::open(&Backend::Memory, g, Timing::default()).unwrap());
+    let clock = Arc::new(VirtualClock::new(0));
+    let ckpt: Arc<dyn CheckpointStore> = Arc::new(MemCheckpoints::default());
+    let c = cfg(&g, gc);
+    let cap = c.capacity_bytes;
+    let mut v = Vssd::create(dev.clone(), c.clone(), clock.clone(), ckpt.clone()).unwrap();
+    let m = MemDev::new(cap);
+    for op in ops {
+        clock.advance(10_000);
+        match op {
+            Op::Write { off, len, byte } => {
+                let data: Vec<u8> = (0..len).map(|i| byte.wrapping_add(i as u8)).collect();
+                v.write(off, &data, false).unwrap();
+                m.write(off, &data, false).unwrap();
+            }
+            Op::Read { off, len } => {
+                let mut a = vec![0u8; len as usize];
+                let mut b = vec![0u8; len as usize];
+                v.read(off, &mut a).unwrap();
+                m.read(off, &mut b).unwrap();
+                assert_eq!(a, b, "read at {off}+{len}");
+            }
+            Op::Trim { off, len } => {
+                v.trim(off, len).unwrap();
+                m.trim(off, len).unwrap();
+            }
+            Op::Zero { off, len } => {
+                v.write_zeroes(off, len, false).unwrap();
+                m.write_zeroes(off, len, false).unwrap();
+            }
+            Op::Checkpoint => v.checkpoint().unwrap(),
+            Op::Crash => {
+                drop(v);
+                v = Vssd::open(dev.clone(), c.clone(), clock.clone(), ckpt.clone()).unwrap();
+                check_all(&v, &m);
+            }
+        }
+    }
+    check_all(&v, &m);
+    drop(v);
+    let v = Vssd::open(dev, c, clock, ckpt).unwrap();
+    check_all(&v, &m);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn read_returns_last_write_greedy(ops in proptest::collection::vec(op(cfg(&geo(), GcPolicyKind::Greedy).capacity_bytes), 1..1200)) {
+        run(ops, GcPolicyKind::Greedy);
+    }
+
+    #[test]
+    fn read_returns_last_write_cost_benefit(ops in proptest::collection::vec(op(cfg(&geo(), GcPolicyKind::CostBenefit).capacity_bytes), 1..1200)) {
+        run(ops, GcPolicyKind::CostBenefit);
+    }
+}
+
+/// Fills the device many times over so GC must run, with crashes in between.
+#[test]
+fn heavy_overwrite_with_crashes_keeps_data() {
+    let g = geo();
+    let dev = Arc::new(FlashDevice::open(&Backend::Memory, g, Timing::default()).unwrap());
+    let clock = Arc::new(VirtualClock::new(0));
+    let ckpt: Arc<dyn CheckpointStore> = Arc::new(MemCheckpoints::default());
+    let c = cfg(&g, GcPolicyKind::Greedy);
+    let cap = c.capacity_bytes;
+    let m = MemDev::new(cap);
+    let mut v = Vssd::create(dev.clone(), c.clone(), clock.clone(), ckpt.clone()).unwrap();
+    let mut x: u64 = 12345;
+    let (mut gc_runs, mut host, mut flash) = (0, 0, 0);
+    for round in 0..40 {
+        for _ in 0..200 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let page = (x >> 33) % (cap / 512);
+            let data = vec![(x >> 20) as u8; 512];
+            v.write(page * 512, &data, false).unwrap();
+            m.write(page * 512, &data, false).unwrap();
+            clock.advance(1000);
+        }
+        if round % 3 == 0 {
+            let off = (x >> 40) % (cap / 2);
+            v.trim(off, 4096).unwrap();
+            m.trim(off, 4096).unwrap();
+        }
+        let s = v.stats();
+        (gc_runs, host, flash) = (gc_runs + s.gc_runs, host + s.host_pages_written, flash + s.flash_pages_written);
+        drop(v);
+        v = Vssd::open(dev.clone(), c.clone(), clock.clone(), ckpt.clone()).unwrap();
+        check_all(&v, &m);
+    }
+    assert!(gc_runs > 50, "GC must have run: {gc_runs}");
+    let wa = flash as f64 / host as f64;
+    assert!(wa > 1.0 && wa < 6.0, "write amplification {wa}");
+    let s = v.stats();
+    assert!(s.max_erase_count - s.min_erase_count < 20, "wear-aware allocation keeps wear even: {s:?}");
+}
+
+/// The file backend: drop everything (device included) as a kill -9 would, reopen.
+#[test]
+fn file_backend_crash_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = geo();
+    let backend = Backend::File { path: dir.path().join("ssd") };
+    let ckpt: Arc<dyn CheckpointStore> = Arc::new(ftl::DirCheckpoints::new(dir.path().join("ckpt")).unwrap());
+    let clock = Arc::new(VirtualClock::new(0));
+    let c = cfg(&g, GcPolicyKind::Greedy);
+    let m = MemDev::new(c.capacity_bytes);
+    {
+        let dev = Arc::new(FlashDevice::open(&backend, g, Timing::default()).unwrap());
+        let v = Vssd::create(dev, c.clone(), clock.clone(), ckpt.clone()).unwrap();
+        for i in 0..500u64 {
+            let off = (i * 7919 * 512) % (c.capacity_bytes - 1024);
+            let data = vec![i as u8; 700];
+            v.write(off, &data, false).unwrap();
+            m.write(off, &data, false).unwrap();
+        }
+        v.write_zeroes(1024, 5000, false).unwrap();
+        m.write_zeroes(1024, 5000, false).unwrap();
+    }
+    let dev = Arc::new(FlashDevice::open(&backend, g, Timing::default()).unwrap());
+    let v = Vssd::open(dev, c, clock, ckpt).unwrap();
+    check_all(&v, &m);
+}
+
+fn big_cfg(g: &Geometry, id: u32, channels: std::ops::Range<u32>) -> VssdConfig {
+    let extents: Vec<Extent> = channels.map(|c| Extent::whole_channel(g, c)).collect();
+    let capacity_bytes = ftl::default_capacity(g, &extents);
+    VssdConfig { id, name: format!("v{id}"), extents, capacity_bytes, gc: GcPolicyKind::Greedy }
+}
+
+/// In model time, a vSSD's sequential write bandwidth follows its channel count.
+#[test]
+fn bandwidth_scales_with_channels_in_model_time() {
+    let g = Geometry { channels: 16, dies_per_channel: 4, planes_per_die: 1, blocks_per_plane: 32, pages_per_block: 64, page_size: 4096 };
+    let dev = Arc::new(FlashDevice::open(&Backend::Memory, g, Timing::default()).unwrap());
+    let clock = Arc::new(VirtualClock::new(0));
+    let ckpt: Arc<dyn CheckpointStore> = Arc::new(MemCheckpoints::default());
+    let v8 = Vssd::create(dev.clone(), big_cfg(&g, 1, 0..8), clock.clone(), ckpt.clone()).unwrap();
+    let v2 = Vssd::create(dev.clone(), big_cfg(&g, 2, 8..10), clock.clone(), ckpt.clone()).unwrap();
+    let data = vec![0x5au8; 128 * 1024];
+    let bytes = 16u64 << 20;
+    let mut t8 = 0;
+    let mut t2 = 0;
+    for i in 0..bytes / data.len() as u64 {
+        t8 = t8.max(v8.write(i * data.len() as u64, &data, false).unwrap());
+        t2 = t2.max(v2.write(i * data.len() as u64, &data, false).unwrap());
+    }
+    let ratio = t2 as f64 / t8 as f64;
+    assert!((ratio - 4.0).abs() / 4.0 < 0.15, "8-channel vs 2-channel bandwidth ratio {ratio}");
+}
+
+/// Destroying a vSSD erases its flash: a new vSSD on the same channels reads zeros,
+/// and the old handle refuses I/O.
+#[test]
+fn destroy_erases_before_reuse() {
+    let g = geo();
+    let dev = Arc::new(FlashDevice::open(&Backend::Memory, g, Timing::default()).unwrap());
+    let clock = Arc::new(VirtualClock::new(0));
+    let ckpt: Arc<dyn CheckpointStore> = Arc::new(MemCheckpoints::default());
+    let c = cfg(&g, GcPolicyKind::Greedy);
+    let v = Vssd::create(dev.clone(), c.clone(), clock.clone(), ckpt.clone()).unwrap();
+    let cap = c.capacity_bytes;
+    v.write(0, &vec![0xEE; cap as usize], false).unwrap();
+    v.destroy().unwrap();
+    assert!(v.read(0, &mut [0u8; 512]).is_err());
+    assert!(ckpt.load(1).unwrap().is_none());
+    for b in 0..g.total_blocks() {
+        assert_eq!(dev.write_ptr(b), 0, "block {b} not erased");
+    }
+    let w = Vssd::create(dev.clone(), VssdConfig { id: 2, ..c }, clock, ckpt).unwrap();
+    let mut all = vec![1u8; cap as usize];
+    w.read(0, &mut all).unwrap();
+    assert!(all.iter().all(|&x| x == 0), "the next tenant must not see old data");
+}
+
+/// Bad configurations are refused with a reason.
+#[test]
+fn bad_configs_are_refused() {
+    let g = geo();
+    let dev = Arc::new(FlashDevice::open(&Backend::Memory, g, Timing::default()).unwrap());
+    let clock = Arc::new(VirtualClock::new(0));
+    let ckpt: Arc<dyn CheckpointStore> = Arc::new(MemCheckpoints::default());
+    let good = cfg(&g, GcPolicyKind::Greedy);
+    let cases = [
+        VssdConfig { capacity_bytes: good.capacity_bytes + 512, ..good.clone() },
+        VssdConfig { capacity_bytes: 1000, ..good.clone() },
+        VssdConfig { extents: vec![Extent { channel: 9, first_block: 0, blocks: 1 }], ..good.clone() },
+        VssdConfig { extents: vec![Extent { channel: 0, first_block: 10, blocks: 5 }], ..good.clone() },
+        VssdConfig { extents: vec![Extent { channel: 0, first_block: 0, blocks: 6 }, Extent { channel: 0, first_block: 5, blocks: 2 }], capacity_bytes: 512, ..good.clone() },
+        VssdConfig { extents: vec![], ..good.clone() },
+    ];
+    for c in cases {
+        let e = Vssd::create(dev.clone(), c.clone(), clock.clone(), ckpt.clone()).unwrap_err();
+        assert!(e.to_string().contains("invalid vSSD configuration"), "{c:?}: {e}");
+    }
+    // Out-of-range I/O is refused and changes nothing.
+    let v = Vssd::create(dev, good.clone(), clock, ckpt).unwrap();
+    assert!(v.write(good.capacity_bytes - 10, &[1u8; 20], false).is_err());
+    let mut b = [9u8; 10];
+    v.read(good.capacity_bytes - 10, &mut b).unwrap();
+    assert_eq!(b, [0u8; 10]);
+    assert!(v.read(u64::MAX - 5, &mut b).is_err());
+}
