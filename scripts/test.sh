@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The test command: installs the real NBD clients and file-system tools the
+# black-box tests drive (when run as root and they are missing), then runs every
+# test of the workspace. Tests that still lack a tool, root, a loop device or FUSE
+# say why they skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# command → Debian package
+declare -A pkg=(
+  [fio]=fio [nbdinfo]=libnbd-bin [nbdcopy]=libnbd-bin [nbdsh]=libnbd-bin [nbdfuse]=nbdfuse
+  [nbdkit]=nbdkit [qemu-img]=qemu-utils [qemu-io]=qemu-utils [mkfs.btrfs]=btrfs-progs
+  [mkfs.ext4]=e2fsprogs [fusermount3]=fuse3 [losetup]=mount [python3]=python3
+)
+missing=()
+for cmd in "${!pkg[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${pkg[$cmd]}")
+done
+if ((${#missing[@]})); then
+  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "test.sh: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "test.sh: missing ${missing[*]} (not root or no apt-get): the tests that need them will skip"
+  fi
+fi
+
+export RUST_BACKTRACE=1
+cargo build --workspace --all-targets --quiet
+cargo test --workspace --no-fail-fast "$@"
