@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 # command → Debian package
 declare -A pkg=(
-  [fio]=fio [nbdinfo]=libnbd-bin [nbdcopy]=libnbd-bin [nbdsh]=libnbd-bin [nbdfuse]=nbdfuse
+  [fio]=fio [nbdinfo]=libnbd-bin [nbdcopy]=libnbd-bin [nbdsh]=python3-libnbd [nbdfuse]=nbdfuse
   [nbdkit]=nbdkit [qemu-img]=qemu-utils [qemu-io]=qemu-utils [mkfs.btrfs]=btrfs-progs
   [mkfs.ext4]=e2fsprogs [fusermount3]=fuse3 [losetup]=mount [python3]=python3
 )

@@ -1,1 +1,190 @@
-fn main(){}
+//! `flexssd`: the daemon and its command-line client.
+//!
+//! `flexssd serve` runs a host: the [`control::HostManager`] (emulated flash devices
+//! and per-tenant vSSDs), an NBD server exporting every vSSD, and an HTTP/JSON control
+//! API with Prometheus metrics. Every other subcommand is a thin client of that API,
+//! so the CLI, scripts and orchestration all go through one interface.
+
+mod api;
+mod client;
+mod metrics;
+mod serve;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use control::{parse_size, BlockRange, Mode};
+use ftl::GcPolicyKind;
+
+/// Default address of the daemon's API for the client commands.
+const DEFAULT_API_URL: &str = "http://127.0.0.1:8740";
+
+/// Software-defined flash for multi-tenant clouds: emulated open-channel SSDs carved
+/// into per-tenant virtual SSDs, served over NBD.
+#[derive(Debug, Parser)]
+#[command(name = "flexssd", version, propagate_version = true)]
+struct Cli {
+    /// URL of the daemon's HTTP API, for the client commands.
+    #[arg(long, env = "FLEXSSD_API", default_value = DEFAULT_API_URL, value_name = "URL")]
+    api: String,
+    #[command(subcommand)]
+    cmd: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon: host manager, NBD server and HTTP API.
+    Serve(ServeArgs),
+    /// Create, list, show and delete vSSDs.
+    Vssd(VssdArgs),
+    /// Show the flash devices.
+    Device(DeviceArgs),
+    /// Show the counters of every vSSD and device.
+    Stats(StatsArgs),
+    /// Configuration helpers.
+    #[command(subcommand)]
+    Config(ConfigCmd),
+}
+
+/// Options of `flexssd serve`; each overrides the corresponding config setting.
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Configuration file (TOML). Default: the built-in configuration
+    /// (`flexssd config default`).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// State directory (`data_dir`).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Reply timing: fast, or emulation (replies wait for the modelled flash).
+    #[arg(long, value_name = "fast|emulation")]
+    mode: Option<Mode>,
+    /// Address for the HTTP API (`[api] listen`).
+    #[arg(long = "api", value_name = "ADDR")]
+    api_listen: Option<SocketAddr>,
+    /// Unix socket for NBD (`[nbd] socket`).
+    #[arg(long, value_name = "PATH")]
+    nbd_socket: Option<PathBuf>,
+    /// Also serve NBD on this TCP address (`[nbd] tcp`).
+    #[arg(long, value_name = "ADDR")]
+    nbd_tcp: Option<SocketAddr>,
+}
+
+/// Where the client commands find the daemon.
+#[derive(Debug, Args)]
+struct ClientOpts {
+    /// URL of the daemon's HTTP API [env: FLEXSSD_API] [default: http://127.0.0.1:8740]
+    #[arg(long = "api", global = true, value_name = "URL")]
+    api: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct VssdArgs {
+    #[command(flatten)]
+    client: ClientOpts,
+    #[command(subcommand)]
+    cmd: VssdCmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum VssdCmd {
+    /// Create a vSSD on dedicated channels (or an explicit placement).
+    Create {
+        /// Name, also the NBD export name (1-64 characters of A-Z a-z 0-9 . _ -).
+        name: String,
+        /// Number of whole channels (the lowest-numbered free ones).
+        #[arg(long, required_unless_present = "channel_ids")]
+        channels: Option<u32>,
+        /// Exported size: bytes or with a K/M/G/T suffix (default: raw flash less 12.5%).
+        #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+        capacity: Option<u64>,
+        /// Garbage-collection policy: greedy or cost-benefit.
+        #[arg(long, value_name = "POLICY")]
+        gc: Option<GcPolicyKind>,
+        /// Explicit channels, e.g. 0,1 (instead of --channels).
+        #[arg(long, value_delimiter = ',', value_name = "IDS")]
+        channel_ids: Option<Vec<u32>>,
+        /// With --channel-ids: only these blocks of each plane, e.g. 0..32.
+        #[arg(long, value_name = "A..B", requires = "channel_ids")]
+        blocks: Option<BlockRange>,
+        /// Device (default: the first with enough free channels).
+        #[arg(long)]
+        device: Option<String>,
+    },
+    /// List vSSDs.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one vSSD with its counters.
+    Show {
+        /// vSSD name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a vSSD; its flash is erased.
+    Delete {
+        /// vSSD name.
+        name: String,
+    },
+}
+
+#[derive(Debug, Args)]
+struct DeviceArgs {
+    #[command(flatten)]
+    client: ClientOpts,
+    #[command(subcommand)]
+    cmd: DeviceCmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum DeviceCmd {
+    /// List devices with their free channels and wear.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+struct StatsArgs {
+    #[command(flatten)]
+    client: ClientOpts,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCmd {
+    /// Print the built-in configuration, which documents every setting.
+    Default,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let api_url = |o: &ClientOpts| o.api.clone().unwrap_or_else(|| cli.api.clone());
+    let result = match &cli.cmd {
+        Command::Serve(args) => serve::run(args),
+        Command::Vssd(a) => client::vssd(&client::Client::new(&api_url(&a.client)), &a.cmd),
+        Command::Device(a) => client::device(&client::Client::new(&api_url(&a.client)), &a.cmd),
+        Command::Stats(a) => client::stats(&client::Client::new(&api_url(&a.client)), a.json),
+        Command::Config(ConfigCmd::Default) => {
+            print!("{}", control::DEFAULT_CONFIG);
+            Ok(())
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("flexssd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

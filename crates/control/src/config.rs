@@ -159,7 +159,9 @@ fn default_api_listen() -> SocketAddr {
 
 impl Default for ApiConfig {
     fn default() -> Self {
-        Self { listen: default_api_listen() }
+        Self {
+            listen: default_api_listen(),
+        }
     }
 }
 
@@ -236,7 +238,10 @@ pub struct VssdSpec {
 
 /// Checks that `name` can be an NBD export name: 1-64 characters of `[A-Za-z0-9._-]`.
 pub fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
 impl Default for Config {
@@ -256,8 +261,10 @@ impl Config {
 
     /// Reads, parses and validates a configuration file.
     pub fn load(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ControlError::Io { what: format!("reading config file {}", path.display()), source: e })?;
+        let text = std::fs::read_to_string(path).map_err(|e| ControlError::Io {
+            what: format!("reading config file {}", path.display()),
+            source: e,
+        })?;
         Config::from_toml(&text).map_err(|e| match e {
             ControlError::Config(m) => ControlError::Config(format!("{}: {m}", path.display())),
             other => other,
@@ -271,33 +278,53 @@ impl Config {
         let mut names = HashSet::new();
         for (i, d) in self.devices.iter().enumerate() {
             if !valid_name(&d.name) {
-                return cfg_err(format!("devices[{i}].name {:?}: use 1-64 characters of A-Z, a-z, 0-9, '.', '_', '-'", d.name));
+                return cfg_err(format!(
+                    "devices[{i}].name {:?}: use 1-64 characters of A-Z, a-z, 0-9, '.', '_', '-'",
+                    d.name
+                ));
             }
             if !names.insert(d.name.as_str()) {
-                return cfg_err(format!("devices[{i}].name: device {:?} is defined twice", d.name));
+                return cfg_err(format!(
+                    "devices[{i}].name: device {:?} is defined twice",
+                    d.name
+                ));
             }
             if let Err(e) = d.geometry.validate() {
                 return cfg_err(format!("devices[{i}].geometry (device {}): {e}", d.name));
             }
             if d.backend == BackendKind::Memory && d.path.is_some() {
-                return cfg_err(format!("devices[{i}].path: device {} has backend \"memory\", which takes no path", d.name));
+                return cfg_err(format!(
+                    "devices[{i}].path: device {} has backend \"memory\", which takes no path",
+                    d.name
+                ));
             }
         }
         let mut vnames = HashSet::new();
         for (i, v) in self.vssds.iter().enumerate() {
             if !valid_name(&v.name) {
-                return cfg_err(format!("vssds[{i}].name {:?}: use 1-64 characters of A-Z, a-z, 0-9, '.', '_', '-'", v.name));
+                return cfg_err(format!(
+                    "vssds[{i}].name {:?}: use 1-64 characters of A-Z, a-z, 0-9, '.', '_', '-'",
+                    v.name
+                ));
             }
             if !vnames.insert(v.name.as_str()) {
-                return cfg_err(format!("vssds[{i}].name: vSSD {:?} is defined twice", v.name));
+                return cfg_err(format!(
+                    "vssds[{i}].name: vSSD {:?} is defined twice",
+                    v.name
+                ));
             }
             if let Some(dev) = &v.device {
                 if !names.contains(dev.as_str()) {
-                    return cfg_err(format!("vssds[{i}].device: no device named {dev:?} in [[devices]]"));
+                    return cfg_err(format!(
+                        "vssds[{i}].device: no device named {dev:?} in [[devices]]"
+                    ));
                 }
             }
             if v.channels.is_none() && v.channel_ids.is_none() {
-                return cfg_err(format!("vssds[{i}] ({}): set channels or channel_ids", v.name));
+                return cfg_err(format!(
+                    "vssds[{i}] ({}): set channels or channel_ids",
+                    v.name
+                ));
             }
         }
         Ok(())
@@ -305,7 +332,10 @@ impl Config {
 
     /// The NBD unix socket path: `[nbd] socket`, or `<data_dir>/nbd.sock`.
     pub fn nbd_socket(&self) -> PathBuf {
-        self.nbd.socket.clone().unwrap_or_else(|| self.data_dir.join("nbd.sock"))
+        self.nbd
+            .socket
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("nbd.sock"))
     }
 
     /// The control store file, `<data_dir>/control.redb`.
@@ -328,7 +358,10 @@ impl Config {
         match d.backend {
             BackendKind::Memory => Backend::Memory,
             BackendKind::File => Backend::File {
-                path: d.path.clone().unwrap_or_else(|| self.data_dir.join(format!("{}.flash", d.name))),
+                path: d
+                    .path
+                    .clone()
+                    .unwrap_or_else(|| self.data_dir.join(format!("{}.flash", d.name))),
             },
         }
     }
@@ -351,7 +384,12 @@ mod tests {
         assert_eq!(d.name, "ssd0");
         assert_eq!(d.geometry, Geometry::default());
         assert_eq!(d.timing, Timing::default());
-        assert_eq!(c.backend_of(d), Backend::File { path: PathBuf::from("./flexssd-data/ssd0.flash") });
+        assert_eq!(
+            c.backend_of(d),
+            Backend::File {
+                path: PathBuf::from("./flexssd-data/ssd0.flash")
+            }
+        );
         assert_eq!(c.vssds.len(), 1);
         assert_eq!(c.vssds[0].name, "default");
         assert_eq!(c.vssds[0].channels, Some(4));
@@ -405,7 +443,12 @@ mod tests {
         assert_eq!(c.devices[0].timing.read_ns, 1);
         assert_eq!(c.devices[0].timing.program_ns, Timing::default().program_ns);
         assert_eq!(c.backend_of(&c.devices[0]), Backend::Memory);
-        assert_eq!(c.backend_of(&c.devices[1]), Backend::File { path: "/tmp/b.img".into() });
+        assert_eq!(
+            c.backend_of(&c.devices[1]),
+            Backend::File {
+                path: "/tmp/b.img".into()
+            }
+        );
         assert_eq!(c.vssds[0].capacity, Some(ByteSize(4 << 20)));
         assert_eq!(c.vssds[0].gc, GcPolicyKind::CostBenefit);
         assert_eq!(c.vssds[1].blocks, Some(BlockRange { start: 0, end: 8 }));
@@ -422,15 +465,27 @@ mod tests {
         assert!(err("mode = 'slow'").contains("slow"));
         assert!(err("[api]\nlisten = 'nowhere'").contains("listen"));
         assert!(err("[[devices]]\nname = 'a'\nbackend = 'tape'").contains("tape"));
-        assert!(err("[[devices]]\nname = 'a'\n[devices.geometry]\nchanels = 3").contains("chanels"));
-        assert!(err("[[devices]]\nname = 'a'\n[devices.geometry]\nchannels = 0").contains("devices[0].geometry"));
+        assert!(
+            err("[[devices]]\nname = 'a'\n[devices.geometry]\nchanels = 3").contains("chanels")
+        );
+        assert!(
+            err("[[devices]]\nname = 'a'\n[devices.geometry]\nchannels = 0")
+                .contains("devices[0].geometry")
+        );
         assert!(err("[[devices]]\nname = 'a'\n[[devices]]\nname = 'a'").contains("defined twice"));
         assert!(err("[[devices]]\nname = 'a b'").contains("devices[0].name"));
-        assert!(err("[[vssds]]\nname = 'v'\nchannels = 1\ncapacity = '1X'").contains("invalid size"));
-        assert!(err("[[vssds]]\nname = 'v'\nchannels = 1\ndevice = 'nope'").contains("vssds[0].device"));
+        assert!(
+            err("[[vssds]]\nname = 'v'\nchannels = 1\ncapacity = '1X'").contains("invalid size")
+        );
+        assert!(
+            err("[[vssds]]\nname = 'v'\nchannels = 1\ndevice = 'nope'").contains("vssds[0].device")
+        );
         assert!(err("[[vssds]]\nname = 'v'").contains("channels or channel_ids"));
         assert!(err("[[vssds]]\nname = 'v'\nchannels = 1\nblocks = '9..3'").contains("block range"));
-        assert!(err("[[devices]]\nname = 'a'\nbackend = 'memory'\npath = '/x'").contains("devices[0].path"));
+        assert!(
+            err("[[devices]]\nname = 'a'\nbackend = 'memory'\npath = '/x'")
+                .contains("devices[0].path")
+        );
     }
 
     #[test]

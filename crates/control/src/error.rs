@@ -24,7 +24,9 @@ pub enum ErrorKind {
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     /// A vSSD name that cannot be an NBD export name.
-    #[error("invalid vSSD name {0:?}: a name is 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-'")]
+    #[error(
+        "invalid vSSD name {0:?}: a name is 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-'"
+    )]
     InvalidName(String),
     /// A vSSD of that name exists already.
     #[error("a vSSD named {0:?} already exists")]
@@ -102,7 +104,9 @@ impl ControlError {
     pub fn kind(&self) -> ErrorKind {
         use ControlError::*;
         match self {
-            InvalidName(_) | CapacityTooLarge { .. } | Invalid(_) | Config(_) => ErrorKind::BadRequest,
+            InvalidName(_) | CapacityTooLarge { .. } | Invalid(_) | Config(_) => {
+                ErrorKind::BadRequest
+            }
             NoSuchVssd(_) | NoSuchDevice(_) => ErrorKind::NotFound,
             Duplicate(_) | Overlap { .. } => ErrorKind::Conflict,
             NotEnoughChannels { .. } => ErrorKind::NoSpace,

@@ -1,1 +1,32 @@
-//! placeholder
+//! The flexssd control plane.
+//!
+//! The [`HostManager`] owns a host's emulated flash devices and the per-tenant
+//! virtual SSDs carved out of them (BlockFlex §4.3: a vSSD is a set of dedicated flash
+//! channels, so tenants are isolated down to the bus). It is one library, with no
+//! I/O other than its control store and the flash it manages and no wall-clock
+//! reads, so that the daemon (`flexssd serve`) and the trace-driven simulator run
+//! the very same lifecycle code on different [`clock::Clock`]s.
+//!
+//! * [`config`]: the TOML configuration and its built-in default;
+//! * [`HostManager`]: devices, vSSD create/delete/list/stats, recovery at startup,
+//!   and the NBD export registry (one export per vSSD, wrapped in a stats layer);
+//! * [`ControlStore`]: durable records in an embedded transactional store (redb),
+//!   ordered so that a crash never leaves flash un-erased for the next tenant;
+//! * [`size`]: human sizes (`"512M"`) and block ranges (`"0..32"`).
+
+#![warn(missing_docs)]
+
+pub mod config;
+mod error;
+mod manager;
+pub mod size;
+mod store;
+
+pub use config::{
+    valid_name, ApiConfig, BackendKind, Config, DeviceConfig, Mode, NbdConfig, VssdSpec,
+    DEFAULT_CONFIG,
+};
+pub use error::{ControlError, ErrorKind, Result};
+pub use manager::{DeviceInfo, EraseCounts, HostManager, HostStats, VssdInfo, VssdStats};
+pub use size::{format_size, parse_size, BlockRange, ByteSize};
+pub use store::{ControlStore, DeviceRecord, VssdRecord, VssdState};

@@ -24,7 +24,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     if digits == 0 {
         return Err(bad());
     }
-    let n: u64 = t[..digits].parse().map_err(|_| format!("invalid size {s:?}: number too large"))?;
+    let n: u64 = t[..digits]
+        .parse()
+        .map_err(|_| format!("invalid size {s:?}: number too large"))?;
     let suffix = t[digits..].trim().to_ascii_lowercase();
     let shift = match suffix.as_str() {
         "" | "b" => 0,
@@ -34,7 +36,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "t" | "tb" | "tib" => 40,
         _ => return Err(bad()),
     };
-    n.checked_mul(1u64 << shift).ok_or_else(|| format!("invalid size {s:?}: too large"))
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("invalid size {s:?}: too large"))
 }
 
 /// Formats a byte count with the largest binary unit that divides it evenly, or
@@ -44,7 +47,7 @@ pub fn format_size(bytes: u64) -> String {
     for (shift, unit) in UNITS {
         let u = 1u64 << shift;
         if bytes >= u {
-            return if bytes % u == 0 {
+            return if bytes.is_multiple_of(u) {
                 format!("{}{unit}", bytes / u)
             } else {
                 format!("{:.1}{unit}", bytes as f64 / u as f64)
@@ -90,7 +93,9 @@ impl<'de> Deserialize<'de> for ByteSize {
                 Ok(ByteSize(v))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<ByteSize, E> {
-                u64::try_from(v).map(ByteSize).map_err(|_| E::custom(format!("invalid size {v}: must not be negative")))
+                u64::try_from(v)
+                    .map(ByteSize)
+                    .map_err(|_| E::custom(format!("invalid size {v}: must not be negative")))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<ByteSize, E> {
                 Err(E::custom(format!("invalid size {v}: must be a whole number of bytes or a string such as \"512M\"")))
@@ -133,12 +138,16 @@ impl BlockRange {
 impl FromStr for BlockRange {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("invalid block range {s:?}: expected START..END (end exclusive), e.g. 0..32");
+        let bad = || {
+            format!("invalid block range {s:?}: expected START..END (end exclusive), e.g. 0..32")
+        };
         let (a, b) = s.trim().split_once("..").ok_or_else(bad)?;
         let start: u32 = a.trim().parse().map_err(|_| bad())?;
         let end: u32 = b.trim().parse().map_err(|_| bad())?;
         if end <= start {
-            return Err(format!("invalid block range {s:?}: END must be greater than START"));
+            return Err(format!(
+                "invalid block range {s:?}: END must be greater than START"
+            ));
         }
         Ok(BlockRange { start, end })
     }
@@ -201,7 +210,10 @@ mod tests {
         }
         let t: T = serde_json::from_str(r#"{"a": 4096, "b": "1M"}"#).unwrap();
         assert_eq!((t.a.0, t.b.0), (4096, 1 << 20));
-        let e = serde_json::from_str::<T>(r#"{"a": "lots", "b": 1}"#).err().unwrap().to_string();
+        let e = serde_json::from_str::<T>(r#"{"a": "lots", "b": 1}"#)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("invalid size"), "{e}");
         assert!(serde_json::from_str::<T>(r#"{"a": -1, "b": 1}"#).is_err());
         assert_eq!(serde_json::to_string(&ByteSize(7)).unwrap(), "7");

@@ -82,7 +82,8 @@ impl std::fmt::Debug for ControlStore {
 }
 
 fn decode<T: DeserializeOwned>(table: &str, key: &str, v: &str) -> Result<T> {
-    serde_json::from_str(v).map_err(|e| ControlError::Store(format!("corrupt {table} record {key:?}: {e}")))
+    serde_json::from_str(v)
+        .map_err(|e| ControlError::Store(format!("corrupt {table} record {key:?}: {e}")))
 }
 
 fn encode<T: Serialize>(v: &T) -> String {
@@ -104,7 +105,9 @@ impl ControlStore {
 
     /// A store in memory (tests, simulator): forgotten when dropped.
     pub fn memory() -> Result<Self> {
-        let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).map_err(store_err)?;
+        let db = Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .map_err(store_err)?;
         Self::init(db)
     }
 
@@ -117,7 +120,11 @@ impl ControlStore {
         Ok(Self { db })
     }
 
-    fn all<T: DeserializeOwned>(&self, def: TableDefinition<&str, &str>, what: &str) -> Result<Vec<T>> {
+    fn all<T: DeserializeOwned>(
+        &self,
+        def: TableDefinition<&str, &str>,
+        what: &str,
+    ) -> Result<Vec<T>> {
         let tx = self.db.begin_read().map_err(store_err)?;
         let t = tx.open_table(def).map_err(store_err)?;
         let mut out = Vec::new();
@@ -130,7 +137,10 @@ impl ControlStore {
 
     fn put(&self, def: TableDefinition<&str, &str>, key: &str, value: &str) -> Result<()> {
         let tx = self.db.begin_write().map_err(store_err)?;
-        tx.open_table(def).map_err(store_err)?.insert(key, value).map_err(store_err)?;
+        tx.open_table(def)
+            .map_err(store_err)?
+            .insert(key, value)
+            .map_err(store_err)?;
         tx.commit().map_err(store_err)
     }
 
@@ -160,15 +170,20 @@ impl ControlStore {
         let tx = self.db.begin_write().map_err(store_err)?;
         let rec = {
             let mut meta = tx.open_table(META).map_err(store_err)?;
-            let id = meta.get(NEXT_ID).map_err(store_err)?.map_or(1, |v| v.value());
-            let id32 = u32::try_from(id).map_err(|_| ControlError::Store("vSSD ids exhausted".into()))?;
+            let id = meta
+                .get(NEXT_ID)
+                .map_err(store_err)?
+                .map_or(1, |v| v.value());
+            let id32 =
+                u32::try_from(id).map_err(|_| ControlError::Store("vSSD ids exhausted".into()))?;
             meta.insert(NEXT_ID, id + 1).map_err(store_err)?;
             let rec = make(id32);
             let mut t = tx.open_table(VSSDS).map_err(store_err)?;
             if t.get(rec.name.as_str()).map_err(store_err)?.is_some() {
                 return Err(ControlError::Duplicate(rec.name));
             }
-            t.insert(rec.name.as_str(), encode(&rec).as_str()).map_err(store_err)?;
+            t.insert(rec.name.as_str(), encode(&rec).as_str())
+                .map_err(store_err)?;
             rec
         };
         tx.commit().map_err(store_err)?;
@@ -178,7 +193,10 @@ impl ControlStore {
     /// Forgets a vSSD record.
     pub fn remove_vssd(&self, name: &str) -> Result<()> {
         let tx = self.db.begin_write().map_err(store_err)?;
-        tx.open_table(VSSDS).map_err(store_err)?.remove(name).map_err(store_err)?;
+        tx.open_table(VSSDS)
+            .map_err(store_err)?
+            .remove(name)
+            .map_err(store_err)?;
         tx.commit().map_err(store_err)
     }
 
@@ -186,14 +204,19 @@ impl ControlStore {
     pub fn initialized(&self) -> Result<bool> {
         let tx = self.db.begin_read().map_err(store_err)?;
         let t = tx.open_table(META).map_err(store_err)?;
-        Ok(t.get(INITIALIZED).map_err(store_err)?.is_some_and(|v| v.value() != 0))
+        Ok(t.get(INITIALIZED)
+            .map_err(store_err)?
+            .is_some_and(|v| v.value() != 0))
     }
 
     /// Notes that the initial vSSDs were created, so that they are not re-created
     /// after the user deletes them.
     pub fn set_initialized(&self) -> Result<()> {
         let tx = self.db.begin_write().map_err(store_err)?;
-        tx.open_table(META).map_err(store_err)?.insert(INITIALIZED, 1).map_err(store_err)?;
+        tx.open_table(META)
+            .map_err(store_err)?
+            .insert(INITIALIZED, 1)
+            .map_err(store_err)?;
         tx.commit().map_err(store_err)
     }
 }
@@ -207,7 +230,11 @@ mod tests {
             id,
             name: name.into(),
             device: "ssd0".into(),
-            extents: vec![Extent { channel: 0, first_block: 0, blocks: 4 }],
+            extents: vec![Extent {
+                channel: 0,
+                first_block: 0,
+                blocks: 4,
+            }],
             capacity_bytes: 1 << 20,
             gc: GcPolicyKind::Greedy,
             state: VssdState::Active,
@@ -224,8 +251,15 @@ mod tests {
             let a = s.insert_new_vssd(|id| rec(id, "a")).unwrap();
             let b = s.insert_new_vssd(|id| rec(id, "b")).unwrap();
             assert_eq!((a.id, b.id), (1, 2));
-            assert!(matches!(s.insert_new_vssd(|id| rec(id, "a")), Err(ControlError::Duplicate(_))));
-            s.put_vssd(&VssdRecord { state: VssdState::Deleting, ..b }).unwrap();
+            assert!(matches!(
+                s.insert_new_vssd(|id| rec(id, "a")),
+                Err(ControlError::Duplicate(_))
+            ));
+            s.put_vssd(&VssdRecord {
+                state: VssdState::Deleting,
+                ..b
+            })
+            .unwrap();
             s.put_device(&DeviceRecord {
                 name: "ssd0".into(),
                 backend: Backend::Memory,

@@ -48,7 +48,12 @@ async fn send<W: AsyncWrite + Unpin>(w: &mut W, out: &mut Vec<u8>) -> Result<(),
 }
 
 fn put_error(out: &mut Vec<u8>, option: u32, reply: u32, msg: &str) {
-    proto::put_option_reply(out, option, reply, proto::truncate_str(msg, proto::MAX_STRING_LEN).as_bytes());
+    proto::put_option_reply(
+        out,
+        option,
+        reply,
+        proto::truncate_str(msg, proto::MAX_STRING_LEN).as_bytes(),
+    );
 }
 
 /// Runs the handshake. Returns `Ok(None)` when the client ends it cleanly
@@ -99,11 +104,19 @@ where
                 let size = export.dev.size();
                 out.extend_from_slice(&proto::export_name_reply(size, flags, client.no_zeroes));
                 send(wr, &mut out).await?;
-                let block = proto::effective_block_sizes(export.dev.block_sizes(), config.max_payload);
-                return Ok(Some(Negotiated { export, structured, size, block }));
+                let block =
+                    proto::effective_block_sizes(export.dev.block_sizes(), config.max_payload);
+                return Ok(Some(Negotiated {
+                    export,
+                    structured,
+                    size,
+                    block,
+                }));
             }
             ClientOption::BadExportName => {
-                return Err(NbdError::UnknownExport(String::from_utf8_lossy(&data).into_owned()));
+                return Err(NbdError::UnknownExport(
+                    String::from_utf8_lossy(&data).into_owned(),
+                ));
             }
             ClientOption::Abort => {
                 proto::put_option_reply(&mut out, option, proto::REP_ACK, &[]);
@@ -129,8 +142,10 @@ where
                     Some(export) => {
                         let flags = transmission_flags(&export, structured, config);
                         let size = export.dev.size();
-                        let block =
-                            proto::effective_block_sizes(export.dev.block_sizes(), config.max_payload);
+                        let block = proto::effective_block_sizes(
+                            export.dev.block_sizes(),
+                            config.max_payload,
+                        );
                         proto::put_option_reply(
                             &mut out,
                             option,
@@ -142,7 +157,8 @@ where
                             proto::put_option_reply(&mut out, option, proto::REP_INFO, &d);
                         }
                         if req.wants(proto::INFO_DESCRIPTION) {
-                            let d = proto::info_string(proto::INFO_DESCRIPTION, &export.description);
+                            let d =
+                                proto::info_string(proto::INFO_DESCRIPTION, &export.description);
                             proto::put_option_reply(&mut out, option, proto::REP_INFO, &d);
                         }
                         // Always advertised: the spec lets a server send it unasked,
@@ -156,7 +172,12 @@ where
                         proto::put_option_reply(&mut out, option, proto::REP_ACK, &[]);
                         if go {
                             send(wr, &mut out).await?;
-                            return Ok(Some(Negotiated { export, structured, size, block }));
+                            return Ok(Some(Negotiated {
+                                export,
+                                structured,
+                                size,
+                                block,
+                            }));
                         }
                     }
                 }
@@ -166,10 +187,20 @@ where
                 proto::put_option_reply(&mut out, option, proto::REP_ACK, &[]);
             }
             ClientOption::Invalid { reason, .. } => {
-                put_error(&mut out, option, proto::REP_ERR_INVALID, &reason.to_string());
+                put_error(
+                    &mut out,
+                    option,
+                    proto::REP_ERR_INVALID,
+                    &reason.to_string(),
+                );
             }
             ClientOption::Unsupported(_) => {
-                put_error(&mut out, option, proto::REP_ERR_UNSUP, "option not supported");
+                put_error(
+                    &mut out,
+                    option,
+                    proto::REP_ERR_UNSUP,
+                    "option not supported",
+                );
             }
         }
         send(wr, &mut out).await?;

@@ -18,7 +18,11 @@ pub(crate) struct InBuf {
 impl InBuf {
     /// A buffer of `cap` bytes.
     pub(crate) fn new(cap: usize) -> Self {
-        Self { buf: vec![0u8; cap].into_boxed_slice(), start: 0, end: 0 }
+        Self {
+            buf: vec![0u8; cap].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
     }
 
     /// The buffered, not yet consumed bytes.
@@ -144,7 +148,10 @@ mod tests {
         assert!(ib.fill(&mut b, 60).await.unwrap());
         assert_eq!(&ib.data()[..60], &data[623..683]);
         ib.consume(60);
-        assert!(!ib.skip(&mut b, 1000).await.unwrap(), "stream ends before 1000 bytes");
+        assert!(
+            !ib.skip(&mut b, 1000).await.unwrap(),
+            "stream ends before 1000 bytes"
+        );
         assert!(!ib.fill(&mut b, 1).await.unwrap());
     }
 }

@@ -190,7 +190,7 @@ pub const MAX_STRING_LEN: usize = 4096;
 
 /// A violation of the protocol that leaves the connection unusable: the server
 /// answers it by closing the connection.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ProtoError {
     /// Fewer bytes than the message needs.
     #[error("message truncated: need {need} bytes, got {got}")]
@@ -251,7 +251,10 @@ fn be64(b: &[u8], at: usize) -> u64 {
 
 fn need(b: &[u8], n: usize) -> Result<(), ProtoError> {
     if b.len() < n {
-        Err(ProtoError::Truncated { need: n, got: b.len() })
+        Err(ProtoError::Truncated {
+            need: n,
+            got: b.len(),
+        })
     } else {
         Ok(())
     }
@@ -311,7 +314,10 @@ pub fn parse_option_header(b: &[u8]) -> Result<OptionHeader, ProtoError> {
     let option = be32(b, 8);
     let length = be32(b, 12);
     if length > MAX_OPTION_LEN {
-        return Err(ProtoError::OptionTooLong { option, len: length });
+        return Err(ProtoError::OptionTooLong {
+            option,
+            len: length,
+        });
     }
     Ok(OptionHeader { option, length })
 }
@@ -359,9 +365,14 @@ pub fn parse_info_request(data: &[u8]) -> Result<InfoRequest, InvalidOption> {
     let n = be16(data, at) as usize;
     let rest = &data[at + 2..];
     if rest.len() != 2 * n {
-        return Err(InvalidOption("information request count does not match the length"));
+        return Err(InvalidOption(
+            "information request count does not match the length",
+        ));
     }
-    let requests = rest.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect();
+    let requests = rest
+        .chunks_exact(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]))
+        .collect();
     Ok(InfoRequest { name, requests })
 }
 
@@ -497,7 +508,11 @@ pub fn truncate_str(s: &str, max: usize) -> &str {
 /// the minimum, and at least the preferred size where `max_payload` allows.
 pub fn effective_block_sizes(dev: BlockSizes, max_payload: u32) -> BlockSizes {
     let minimum = dev.minimum.clamp(1, 1 << 16).next_power_of_two();
-    let preferred = dev.preferred.max(minimum).max(512).min(1 << 30).next_power_of_two();
+    let preferred = dev
+        .preferred
+        .max(minimum)
+        .clamp(512, 1 << 30)
+        .next_power_of_two();
     let mut maximum = dev.maximum.min(max_payload).max(minimum);
     maximum -= maximum % minimum;
     if maximum < preferred && preferred <= max_payload {
@@ -509,7 +524,11 @@ pub fn effective_block_sizes(dev: BlockSizes, max_payload: u32) -> BlockSizes {
     } else {
         preferred
     };
-    BlockSizes { minimum, preferred, maximum }
+    BlockSizes {
+        minimum,
+        preferred,
+        maximum,
+    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -785,7 +804,11 @@ mod tests {
     fn limits() -> Limits {
         Limits {
             size: 1 << 20,
-            block: BlockSizes { minimum: 1, preferred: 4096, maximum: 65536 },
+            block: BlockSizes {
+                minimum: 1,
+                preferred: 4096,
+                maximum: 65536,
+            },
             max_payload: 1 << 17,
             read_only: false,
             structured: false,
@@ -793,7 +816,13 @@ mod tests {
     }
 
     fn req(kind: u16, flags: u16, offset: u64, length: u32) -> RequestHeader {
-        RequestHeader { flags, kind, cookie: 7, offset, length }
+        RequestHeader {
+            flags,
+            kind,
+            cookie: 7,
+            offset,
+            length,
+        }
     }
 
     #[test]
@@ -816,23 +845,44 @@ mod tests {
         b[..8].copy_from_slice(&IHAVEOPT.to_be_bytes());
         b[8..12].copy_from_slice(&OPT_GO.to_be_bytes());
         b[12..16].copy_from_slice(&10u32.to_be_bytes());
-        assert_eq!(parse_option_header(&b), Ok(OptionHeader { option: OPT_GO, length: 10 }));
+        assert_eq!(
+            parse_option_header(&b),
+            Ok(OptionHeader {
+                option: OPT_GO,
+                length: 10
+            })
+        );
         b[12..16].copy_from_slice(&(MAX_OPTION_LEN + 1).to_be_bytes());
-        assert!(matches!(parse_option_header(&b), Err(ProtoError::OptionTooLong { .. })));
+        assert!(matches!(
+            parse_option_header(&b),
+            Err(ProtoError::OptionTooLong { .. })
+        ));
         b[0] = 0;
-        assert!(matches!(parse_option_header(&b), Err(ProtoError::BadMagic(_))));
-        assert!(matches!(parse_option_header(&b[..3]), Err(ProtoError::Truncated { .. })));
+        assert!(matches!(
+            parse_option_header(&b),
+            Err(ProtoError::BadMagic(_))
+        ));
+        assert!(matches!(
+            parse_option_header(&b[..3]),
+            Err(ProtoError::Truncated { .. })
+        ));
     }
 
     #[test]
     fn client_flags() {
         assert_eq!(
             parse_client_flags(3),
-            Ok(ClientFlags { fixed_newstyle: true, no_zeroes: true })
+            Ok(ClientFlags {
+                fixed_newstyle: true,
+                no_zeroes: true
+            })
         );
         assert_eq!(
             parse_client_flags(0),
-            Ok(ClientFlags { fixed_newstyle: false, no_zeroes: false })
+            Ok(ClientFlags {
+                fixed_newstyle: false,
+                no_zeroes: false
+            })
         );
         assert_eq!(parse_client_flags(4), Err(ProtoError::BadClientFlags(4)));
     }
@@ -874,16 +924,43 @@ mod tests {
     #[test]
     fn option_decoding() {
         assert_eq!(parse_option(OPT_LIST, &[]), ClientOption::List);
-        assert!(matches!(parse_option(OPT_LIST, &[1]), ClientOption::Invalid { .. }));
+        assert!(matches!(
+            parse_option(OPT_LIST, &[1]),
+            ClientOption::Invalid { .. }
+        ));
         assert_eq!(parse_option(OPT_ABORT, &[1, 2]), ClientOption::Abort);
-        assert_eq!(parse_option(OPT_STRUCTURED_REPLY, &[]), ClientOption::StructuredReply);
-        assert!(matches!(parse_option(OPT_STRUCTURED_REPLY, &[0]), ClientOption::Invalid { .. }));
-        assert_eq!(parse_option(OPT_EXPORT_NAME, b"x"), ClientOption::ExportName("x".into()));
-        assert_eq!(parse_option(OPT_EXPORT_NAME, &[0xff]), ClientOption::BadExportName);
-        assert_eq!(parse_option(OPT_STARTTLS, &[]), ClientOption::Unsupported(OPT_STARTTLS));
-        assert_eq!(parse_option(999, &[1, 2, 3]), ClientOption::Unsupported(999));
-        assert!(matches!(parse_option(OPT_GO, &info_data(b"", &[])), ClientOption::Go(_)));
-        assert!(matches!(parse_option(OPT_INFO, &info_data(b"", &[])), ClientOption::Info(_)));
+        assert_eq!(
+            parse_option(OPT_STRUCTURED_REPLY, &[]),
+            ClientOption::StructuredReply
+        );
+        assert!(matches!(
+            parse_option(OPT_STRUCTURED_REPLY, &[0]),
+            ClientOption::Invalid { .. }
+        ));
+        assert_eq!(
+            parse_option(OPT_EXPORT_NAME, b"x"),
+            ClientOption::ExportName("x".into())
+        );
+        assert_eq!(
+            parse_option(OPT_EXPORT_NAME, &[0xff]),
+            ClientOption::BadExportName
+        );
+        assert_eq!(
+            parse_option(OPT_STARTTLS, &[]),
+            ClientOption::Unsupported(OPT_STARTTLS)
+        );
+        assert_eq!(
+            parse_option(999, &[1, 2, 3]),
+            ClientOption::Unsupported(999)
+        );
+        assert!(matches!(
+            parse_option(OPT_GO, &info_data(b"", &[])),
+            ClientOption::Go(_)
+        ));
+        assert!(matches!(
+            parse_option(OPT_INFO, &info_data(b"", &[])),
+            ClientOption::Info(_)
+        ));
     }
 
     #[test]
@@ -891,29 +968,47 @@ mod tests {
         let l = limits();
         assert_eq!(
             classify(&req(CMD_READ, 0, 0, 4096), &l),
-            Decision::Read { offset: 0, len: 4096 }
+            Decision::Read {
+                offset: 0,
+                len: 4096
+            }
         );
         assert_eq!(
             classify(&req(CMD_READ, 0, (1 << 20) - 4096, 4096), &l),
-            Decision::Read { offset: (1 << 20) - 4096, len: 4096 }
+            Decision::Read {
+                offset: (1 << 20) - 4096,
+                len: 4096
+            }
         );
         assert_eq!(
             classify(&req(CMD_READ, 0, (1 << 20) - 4095, 4096), &l),
-            Decision::Reject { errno: EINVAL, skip: 0 }
+            Decision::Reject {
+                errno: EINVAL,
+                skip: 0
+            }
         );
         assert_eq!(
             classify(&req(CMD_READ, 0, u64::MAX, 2), &l),
-            Decision::Reject { errno: EINVAL, skip: 0 }
+            Decision::Reject {
+                errno: EINVAL,
+                skip: 0
+            }
         );
         // Longer than the payload limit: EOVERFLOW; longer than the advertised
         // maximum block but within the payload limit: EINVAL.
         assert_eq!(
             classify(&req(CMD_READ, 0, 0, (1 << 17) + 1), &l),
-            Decision::Reject { errno: EOVERFLOW, skip: 0 }
+            Decision::Reject {
+                errno: EOVERFLOW,
+                skip: 0
+            }
         );
         assert_eq!(
             classify(&req(CMD_READ, 0, 0, 65537), &l),
-            Decision::Reject { errno: EINVAL, skip: 0 }
+            Decision::Reject {
+                errno: EINVAL,
+                skip: 0
+            }
         );
     }
 
@@ -922,15 +1017,25 @@ mod tests {
         let mut l = limits();
         assert_eq!(
             classify(&req(CMD_WRITE, CMD_FLAG_FUA, 8, 16), &l),
-            Decision::Write { offset: 8, len: 16, fua: true }
+            Decision::Write {
+                offset: 8,
+                len: 16,
+                fua: true
+            }
         );
         assert_eq!(
             classify(&req(CMD_WRITE, 0, 1 << 20, 16), &l),
-            Decision::Reject { errno: EINVAL, skip: 16 }
+            Decision::Reject {
+                errno: EINVAL,
+                skip: 16
+            }
         );
         assert_eq!(
             classify(&req(CMD_WRITE, CMD_FLAG_DF, 0, 16), &l),
-            Decision::Reject { errno: EINVAL, skip: 16 }
+            Decision::Reject {
+                errno: EINVAL,
+                skip: 16
+            }
         );
         assert!(matches!(
             classify(&req(CMD_WRITE, 0, 0, (1 << 17) + 1), &l),
@@ -939,15 +1044,24 @@ mod tests {
         l.read_only = true;
         assert_eq!(
             classify(&req(CMD_WRITE, 0, 0, 16), &l),
-            Decision::Reject { errno: EPERM, skip: 16 }
+            Decision::Reject {
+                errno: EPERM,
+                skip: 16
+            }
         );
         assert_eq!(
             classify(&req(CMD_TRIM, 0, 0, 16), &l),
-            Decision::Reject { errno: EPERM, skip: 0 }
+            Decision::Reject {
+                errno: EPERM,
+                skip: 0
+            }
         );
         assert_eq!(
             classify(&req(CMD_WRITE_ZEROES, 0, 0, 16), &l),
-            Decision::Reject { errno: EPERM, skip: 0 }
+            Decision::Reject {
+                errno: EPERM,
+                skip: 0
+            }
         );
         assert_eq!(
             classify(&req(CMD_CACHE, 0, 0, 16), &l),
@@ -958,34 +1072,69 @@ mod tests {
     #[test]
     fn classify_flags_and_unknown_commands() {
         let mut l = limits();
-        assert_eq!(classify(&req(99, 0, 0, 0), &l), Decision::Reject { errno: EINVAL, skip: 0 });
+        assert_eq!(
+            classify(&req(99, 0, 0, 0), &l),
+            Decision::Reject {
+                errno: EINVAL,
+                skip: 0
+            }
+        );
         assert_eq!(
             classify(&req(CMD_BLOCK_STATUS, 0, 0, 512), &l),
-            Decision::Reject { errno: EINVAL, skip: 0 }
+            Decision::Reject {
+                errno: EINVAL,
+                skip: 0
+            }
         );
         assert_eq!(
             classify(&req(CMD_READ, CMD_FLAG_DF, 0, 512), &l),
-            Decision::Reject { errno: EINVAL, skip: 0 }
+            Decision::Reject {
+                errno: EINVAL,
+                skip: 0
+            }
         );
         l.structured = true;
         assert_eq!(
             classify(&req(CMD_READ, CMD_FLAG_DF, 0, 512), &l),
-            Decision::Read { offset: 0, len: 512 }
+            Decision::Read {
+                offset: 0,
+                len: 512
+            }
         );
         assert_eq!(
             classify(&req(CMD_FLUSH, 1 << 9, 0, 0), &l),
-            Decision::Reject { errno: EINVAL, skip: 0 }
+            Decision::Reject {
+                errno: EINVAL,
+                skip: 0
+            }
         );
-        assert_eq!(classify(&req(CMD_FLUSH, CMD_FLAG_FUA, 0, 0), &l), Decision::Flush);
         assert_eq!(
-            classify(&req(CMD_WRITE_ZEROES, CMD_FLAG_NO_HOLE | CMD_FLAG_FUA, 0, 512), &l),
-            Decision::WriteZeroes { offset: 0, len: 512, fua: true, no_hole: true }
+            classify(&req(CMD_FLUSH, CMD_FLAG_FUA, 0, 0), &l),
+            Decision::Flush
+        );
+        assert_eq!(
+            classify(
+                &req(CMD_WRITE_ZEROES, CMD_FLAG_NO_HOLE | CMD_FLAG_FUA, 0, 512),
+                &l
+            ),
+            Decision::WriteZeroes {
+                offset: 0,
+                len: 512,
+                fua: true,
+                no_hole: true
+            }
         );
         assert_eq!(
             classify(&req(CMD_TRIM, CMD_FLAG_NO_HOLE, 0, 512), &l),
-            Decision::Reject { errno: EINVAL, skip: 0 }
+            Decision::Reject {
+                errno: EINVAL,
+                skip: 0
+            }
         );
-        assert_eq!(classify(&req(CMD_DISC, 0xffff, 5, 5), &l), Decision::Disconnect);
+        assert_eq!(
+            classify(&req(CMD_DISC, 0xffff, 5, 5), &l),
+            Decision::Disconnect
+        );
     }
 
     #[test]
@@ -994,37 +1143,75 @@ mod tests {
         l.block.minimum = 512;
         assert_eq!(
             classify(&req(CMD_READ, 0, 512, 1024), &l),
-            Decision::Read { offset: 512, len: 1024 }
+            Decision::Read {
+                offset: 512,
+                len: 1024
+            }
         );
         assert_eq!(
             classify(&req(CMD_READ, 0, 1, 512), &l),
-            Decision::Reject { errno: EINVAL, skip: 0 }
+            Decision::Reject {
+                errno: EINVAL,
+                skip: 0
+            }
         );
         assert_eq!(
             classify(&req(CMD_WRITE, 0, 0, 100), &l),
-            Decision::Reject { errno: EINVAL, skip: 100 }
+            Decision::Reject {
+                errno: EINVAL,
+                skip: 100
+            }
         );
         assert_eq!(
             classify(&req(CMD_TRIM, 0, 0, 100), &l),
-            Decision::Reject { errno: EINVAL, skip: 0 }
+            Decision::Reject {
+                errno: EINVAL,
+                skip: 0
+            }
         );
     }
 
     #[test]
     fn block_sizes_are_sanitised() {
-        let bs = |minimum, preferred, maximum| BlockSizes { minimum, preferred, maximum };
-        assert_eq!(effective_block_sizes(bs(1, 4096, 32 << 20), 32 << 20), bs(1, 4096, 32 << 20));
+        let bs = |minimum, preferred, maximum| BlockSizes {
+            minimum,
+            preferred,
+            maximum,
+        };
+        assert_eq!(
+            effective_block_sizes(bs(1, 4096, 32 << 20), 32 << 20),
+            bs(1, 4096, 32 << 20)
+        );
         // Capped by max_payload.
-        assert_eq!(effective_block_sizes(bs(512, 4096, u32::MAX), 1 << 20), bs(512, 4096, 1 << 20));
+        assert_eq!(
+            effective_block_sizes(bs(512, 4096, u32::MAX), 1 << 20),
+            bs(512, 4096, 1 << 20)
+        );
         // Nonsense from the device.
         assert_eq!(effective_block_sizes(bs(0, 0, 0), 1 << 20), bs(1, 512, 512));
-        assert_eq!(effective_block_sizes(bs(3000, 5000, 10_000), 1 << 20), bs(4096, 8192, 8192));
-        assert_eq!(effective_block_sizes(bs(1 << 20, 1, 1), 1 << 25), bs(1 << 16, 1 << 16, 1 << 16));
+        assert_eq!(
+            effective_block_sizes(bs(3000, 5000, 10_000), 1 << 20),
+            bs(4096, 8192, 8192)
+        );
+        assert_eq!(
+            effective_block_sizes(bs(1 << 20, 1, 1), 1 << 25),
+            bs(1 << 16, 1 << 16, 1 << 16)
+        );
         // Maximum rounded down to a multiple of the minimum.
-        assert_eq!(effective_block_sizes(bs(4096, 4096, 100_000), 1 << 25), bs(4096, 4096, 98_304));
+        assert_eq!(
+            effective_block_sizes(bs(4096, 4096, 100_000), 1 << 25),
+            bs(4096, 4096, 98_304)
+        );
         // A tiny payload limit wins over the preferred size.
-        assert_eq!(effective_block_sizes(bs(1, 4096, 1 << 20), 1000), bs(1, 512, 1000));
-        for (a, b, c, p) in [(1, 1, 1, 1u32), (7, 9, 13, 4096), (65536, 1 << 31, u32::MAX, u32::MAX)] {
+        assert_eq!(
+            effective_block_sizes(bs(1, 4096, 1 << 20), 1000),
+            bs(1, 512, 1000)
+        );
+        for (a, b, c, p) in [
+            (1, 1, 1, 1u32),
+            (7, 9, 13, 4096),
+            (65536, 1 << 31, u32::MAX, u32::MAX),
+        ] {
             let e = effective_block_sizes(bs(a, b, c), p);
             assert!(e.minimum.is_power_of_two() && e.minimum <= 65536);
             assert!(e.preferred.is_power_of_two() && e.preferred >= e.minimum);

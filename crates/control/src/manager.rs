@@ -1,0 +1,901 @@
+//! The host manager: devices, vSSD lifecycle, and the NBD export registry.
+//!
+//! One [`HostManager`] owns the flash devices of a host and the vSSDs carved out of
+//! them. It is the only writer of the control store, and it orders every lifecycle
+//! step so that a crash at any point leaves a state that the next
+//! [`HostManager::open`] can finish:
+//!
+//! * **create**: record `creating` (with a fresh, never reused id) → build the FTL →
+//!   record `active`. A `creating` record found at startup is erased and dropped.
+//! * **delete**: record `deleting` → erase every block (`Vssd::destroy`) → drop the
+//!   record, which frees the channels. A `deleting` record found at startup is
+//!   erased again and dropped, so flash is always erased before anyone else gets it.
+//!
+//! The manager has no background threads and reads no wall clock; the daemon and
+//! the simulator give it their [`Clock`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use blockdev::{BlockDev, IoStats, Layered, StatsLayer, StatsSnapshot};
+use clock::Clock;
+use flash::{Backend, DeviceStats, FlashDevice, Geometry, Timing};
+use ftl::{CheckpointStore, DirCheckpoints, Extent, FtlStats, GcPolicyKind, Vssd, VssdConfig};
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::config::valid_name;
+use crate::store::{DeviceRecord, VssdRecord, VssdState};
+use crate::{format_size, BlockRange, Config, ControlError, ControlStore, Mode, Result, VssdSpec};
+
+/// What the API and the CLI show about a vSSD.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VssdInfo {
+    /// Name, also its NBD export name.
+    pub name: String,
+    /// Owner id in the flash OOB records.
+    pub id: u32,
+    /// Device it lives on.
+    pub device: String,
+    /// Channels it has flash on, ascending.
+    pub channels: Vec<u32>,
+    /// Exactly which blocks it owns.
+    pub extents: Vec<Extent>,
+    /// Exported size in bytes.
+    pub capacity_bytes: u64,
+    /// GC victim policy.
+    pub gc: GcPolicyKind,
+    /// Lifecycle state (`active`, or `deleting` while its flash is being erased).
+    pub state: VssdState,
+}
+
+/// Counters of one vSSD: FTL statistics plus the request counters seen by its export.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VssdStats {
+    /// vSSD name.
+    pub name: String,
+    /// Device it lives on.
+    pub device: String,
+    /// FTL counters and gauges.
+    pub ftl: FtlStats,
+    /// Requests as the clients issued them.
+    pub io: StatsSnapshot,
+    /// Flash pages programmed per host page written.
+    pub write_amplification: f64,
+}
+
+/// Erase counts over every block of a device.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EraseCounts {
+    /// Least-erased block.
+    pub min: u32,
+    /// Most-erased block.
+    pub max: u32,
+    /// Mean over all blocks.
+    pub avg: f64,
+}
+
+/// What the API and the CLI show about a device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// Device name.
+    pub name: String,
+    /// Where its bytes live.
+    pub backend: Backend,
+    /// Shape.
+    pub geometry: Geometry,
+    /// Latencies.
+    pub timing: Timing,
+    /// Raw flash in bytes.
+    pub raw_bytes: u64,
+    /// Channels no vSSD has flash on.
+    pub free_channels: Vec<u32>,
+    /// Channels some vSSD has flash on.
+    pub used_channels: Vec<u32>,
+    /// vSSDs on this device, by name.
+    pub vssds: Vec<String>,
+    /// Wear.
+    pub erase_count: EraseCounts,
+    /// Operation counters since the daemon started.
+    pub stats: DeviceStats,
+}
+
+/// Everything `GET /v1/stats` reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostStats {
+    /// Per device.
+    pub devices: Vec<DeviceInfo>,
+    /// Per active vSSD.
+    pub vssds: Vec<VssdStats>,
+}
+
+struct DeviceEntry {
+    rec: DeviceRecord,
+    dev: Arc<FlashDevice>,
+}
+
+#[derive(Clone)]
+struct VssdEntry {
+    rec: VssdRecord,
+    vssd: Arc<Vssd>,
+    export: Arc<dyn BlockDev>,
+    io: Arc<IoStats>,
+}
+
+#[derive(Default)]
+struct State {
+    devices: Vec<DeviceEntry>,
+    vssds: BTreeMap<String, VssdEntry>,
+}
+
+impl State {
+    fn device(&self, name: &str) -> Result<&DeviceEntry> {
+        self.devices
+            .iter()
+            .find(|d| d.rec.name == name)
+            .ok_or_else(|| ControlError::NoSuchDevice(name.into()))
+    }
+
+    fn used_channels(&self, device: &str) -> BTreeSet<u32> {
+        self.vssds
+            .values()
+            .filter(|v| v.rec.device == device)
+            .flat_map(|v| v.rec.extents.iter().map(|e| e.channel))
+            .collect()
+    }
+
+    fn free_channels(&self, d: &DeviceEntry) -> Vec<u32> {
+        let used = self.used_channels(&d.rec.name);
+        (0..d.rec.geometry.channels)
+            .filter(|c| !used.contains(c))
+            .collect()
+    }
+}
+
+/// Owns a host's flash devices and vSSDs, and their persistent records.
+/// Thread-safe; lifecycle operations are serialised, reads are not blocked by them
+/// for longer than a map update.
+pub struct HostManager {
+    clock: Arc<dyn Clock>,
+    mode: Mode,
+    store: ControlStore,
+    ckpt: Arc<dyn CheckpointStore>,
+    lifecycle: Mutex<()>,
+    state: RwLock<State>,
+}
+
+impl std::fmt::Debug for HostManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.state.read();
+        f.debug_struct("HostManager")
+            .field("mode", &self.mode)
+            .field(
+                "devices",
+                &st.devices.iter().map(|d| &d.rec.name).collect::<Vec<_>>(),
+            )
+            .field("vssds", &st.vssds.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+fn io_err(what: String) -> impl FnOnce(std::io::Error) -> ControlError {
+    move |source| ControlError::Io { what, source }
+}
+
+fn channels_of(extents: &[Extent]) -> Vec<u32> {
+    extents
+        .iter()
+        .map(|e| e.channel)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+fn range_of(e: &Extent) -> BlockRange {
+    BlockRange {
+        start: e.first_block,
+        end: e.first_block + e.blocks,
+    }
+}
+
+/// A compact description of a channel list: `0-3,6`.
+fn channel_list(ch: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ch.len() {
+        let mut j = i;
+        while j + 1 < ch.len() && ch[j + 1] == ch[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            ch[i].to_string()
+        } else {
+            format!("{}-{}", ch[i], ch[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+impl HostManager {
+    /// Opens the host described by `config`: creates `data_dir` if needed, opens the
+    /// control store `<data_dir>/control.redb` and the checkpoints in
+    /// `<data_dir>/checkpoints/`, reopens every device and vSSD (recovering them after
+    /// a crash), finishes interrupted deletions, and on the very first start creates
+    /// the configured initial vSSDs.
+    pub fn open(config: &Config, clock: Arc<dyn Clock>) -> Result<Self> {
+        std::fs::create_dir_all(&config.data_dir).map_err(io_err(format!(
+            "creating data directory {}",
+            config.data_dir.display()
+        )))?;
+        let store = ControlStore::open(&config.store_path())?;
+        let ckpt = Arc::new(DirCheckpoints::new(config.checkpoint_dir())?);
+        Self::open_with(config, clock, store, ckpt)
+    }
+
+    /// Like [`HostManager::open`] with the control store and checkpoint store given
+    /// (in-memory ones for tests and the simulator). `config.data_dir` is only used
+    /// for default device paths.
+    pub fn open_with(
+        config: &Config,
+        clock: Arc<dyn Clock>,
+        store: ControlStore,
+        ckpt: Arc<dyn CheckpointStore>,
+    ) -> Result<Self> {
+        config.validate()?;
+        let devices = Self::reconcile_devices(config, &store)?;
+        let mut entries = Vec::with_capacity(devices.len());
+        for rec in devices {
+            if let Backend::File { path } = &rec.backend {
+                if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir)
+                        .map_err(io_err(format!("creating {}", dir.display())))?;
+                }
+            }
+            let dev =
+                FlashDevice::open(&rec.backend, rec.geometry, rec.timing).map_err(|source| {
+                    ControlError::Flash {
+                        device: rec.name.clone(),
+                        source,
+                    }
+                })?;
+            info!(device = %rec.name, backend = ?rec.backend, "opened flash device");
+            entries.push(DeviceEntry {
+                rec,
+                dev: Arc::new(dev),
+            });
+        }
+        let mgr = Self {
+            clock,
+            mode: config.mode,
+            store,
+            ckpt,
+            lifecycle: Mutex::new(()),
+            state: RwLock::new(State {
+                devices: entries,
+                vssds: BTreeMap::new(),
+            }),
+        };
+        for rec in mgr.store.vssds()? {
+            match rec.state {
+                VssdState::Active => mgr.reopen_vssd(rec)?,
+                VssdState::Creating | VssdState::Deleting => {
+                    info!(vssd = %rec.name, state = ?rec.state, "finishing an interrupted lifecycle operation: erasing the vSSD");
+                    mgr.finish_delete(&rec)?;
+                }
+            }
+        }
+        if !mgr.store.initialized()? {
+            for spec in &config.vssds {
+                if mgr.state.read().vssds.contains_key(&spec.name) {
+                    continue;
+                }
+                mgr.create_vssd(spec).map_err(|e| {
+                    ControlError::Config(format!(
+                        "creating initial vSSD {:?} from [[vssds]]: {e}",
+                        spec.name
+                    ))
+                })?;
+            }
+            mgr.store.set_initialized()?;
+        }
+        Ok(mgr)
+    }
+
+    /// Merges the configured devices with the recorded ones: new devices are
+    /// recorded, recorded devices keep their geometry and backend, timing follows
+    /// the configuration; recorded devices missing from the configuration stay.
+    fn reconcile_devices(config: &Config, store: &ControlStore) -> Result<Vec<DeviceRecord>> {
+        let recorded = store.devices()?;
+        let mut out = Vec::new();
+        for d in &config.devices {
+            let rec = DeviceRecord {
+                name: d.name.clone(),
+                backend: config.backend_of(d),
+                geometry: d.geometry,
+                timing: d.timing,
+            };
+            match recorded.iter().find(|r| r.name == d.name) {
+                Some(old) if old.geometry != rec.geometry => {
+                    return Err(ControlError::Config(format!(
+                        "device {}: the configured geometry {:?} differs from the recorded one {:?}; a device's geometry cannot change (use a new device name or a new data_dir)",
+                        d.name, rec.geometry, old.geometry
+                    )));
+                }
+                Some(old) if old.backend != rec.backend => {
+                    if !Self::same_device_file(&old.backend, &rec.backend) {
+                        return Err(ControlError::Config(format!(
+                            "device {}: the configured backend {:?} differs from the recorded one {:?}; a device cannot change its backend, and a file-backed device can only move with its file (use a new device name or a new data_dir)",
+                            d.name, rec.backend, old.backend
+                        )));
+                    }
+                    warn!(device = %d.name, from = ?old.backend, to = ?rec.backend, "device file moved; updating its record");
+                    store.put_device(&rec)?;
+                }
+                Some(old) if *old == rec => {}
+                _ => store.put_device(&rec)?,
+            }
+            out.push(rec);
+        }
+        for r in recorded {
+            if !out.iter().any(|d| d.name == r.name) {
+                warn!(device = %r.name, "device is recorded in the control store but not configured; keeping it");
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether two file backends name the same file, or the recorded file is gone and
+    /// the configured one exists (the data directory was moved or reached by
+    /// another relative path).
+    fn same_device_file(recorded: &Backend, configured: &Backend) -> bool {
+        let (Backend::File { path: old }, Backend::File { path: new }) = (recorded, configured)
+        else {
+            return false;
+        };
+        match (std::fs::canonicalize(old), std::fs::canonicalize(new)) {
+            (Ok(a), Ok(b)) => a == b,
+            (Err(_), Ok(_)) => true,
+            _ => false,
+        }
+    }
+
+    fn vssd_config(rec: &VssdRecord) -> VssdConfig {
+        VssdConfig {
+            id: rec.id,
+            name: rec.name.clone(),
+            extents: rec.extents.clone(),
+            capacity_bytes: rec.capacity_bytes,
+            gc: rec.gc,
+        }
+    }
+
+    fn device_of(&self, rec: &VssdRecord) -> Result<(Arc<FlashDevice>, Backend)> {
+        let st = self.state.read();
+        let d = st.device(&rec.device).map_err(|_| {
+            ControlError::Store(format!(
+                "vSSD {} is recorded on device {}, which is unknown",
+                rec.name, rec.device
+            ))
+        })?;
+        Ok((d.dev.clone(), d.rec.backend.clone()))
+    }
+
+    fn insert_entry(&self, rec: VssdRecord, vssd: Arc<Vssd>) {
+        let io = Arc::new(IoStats::default());
+        let inner: Arc<dyn BlockDev> = vssd.clone();
+        let export: Arc<dyn BlockDev> = Arc::new(Layered(StatsLayer::new(inner, io.clone())));
+        self.state.write().vssds.insert(
+            rec.name.clone(),
+            VssdEntry {
+                rec,
+                vssd,
+                export,
+                io,
+            },
+        );
+    }
+
+    fn reopen_vssd(&self, rec: VssdRecord) -> Result<()> {
+        let (dev, backend) = self.device_of(&rec)?;
+        let cfg = Self::vssd_config(&rec);
+        let vssd = if backend == Backend::Memory {
+            // A memory device starts empty at every run: so do its vSSDs.
+            warn!(vssd = %rec.name, device = %rec.device, "device is memory-backed: the vSSD starts empty");
+            self.ckpt.remove(rec.id)?;
+            Vssd::create(dev, cfg, self.clock.clone(), self.ckpt.clone())?
+        } else {
+            Vssd::open(dev, cfg, self.clock.clone(), self.ckpt.clone())?
+        };
+        info!(vssd = %rec.name, device = %rec.device, channels = %channel_list(&channels_of(&rec.extents)), "vSSD recovered");
+        self.insert_entry(rec, vssd);
+        Ok(())
+    }
+
+    /// Erases a vSSD that a crash left `creating` or `deleting`, then drops its record.
+    fn finish_delete(&self, rec: &VssdRecord) -> Result<()> {
+        let (dev, _) = self.device_of(rec)?;
+        let via_ftl = Vssd::open(
+            dev.clone(),
+            Self::vssd_config(rec),
+            self.clock.clone(),
+            self.ckpt.clone(),
+        )
+        .and_then(|v| v.destroy());
+        if let Err(e) = via_ftl {
+            warn!(vssd = %rec.name, error = %e, "could not destroy the vSSD through its FTL; erasing its blocks directly");
+            self.erase_extents(&dev, &rec.extents)?;
+            self.ckpt.remove(rec.id)?;
+        }
+        self.store.remove_vssd(&rec.name)?;
+        info!(vssd = %rec.name, "vSSD erased and removed");
+        Ok(())
+    }
+
+    fn erase_extents(&self, dev: &FlashDevice, extents: &[Extent]) -> Result<()> {
+        let geo = *dev.geometry();
+        for e in extents {
+            for die in 0..geo.dies_per_channel {
+                for plane in 0..geo.planes_per_die {
+                    for b in e.first_block..e.first_block + e.blocks {
+                        dev.erase(geo.block_id(e.channel, die, plane, b), self.clock.now())
+                            .map_err(|source| ControlError::Flash {
+                                device: "erase".into(),
+                                source,
+                            })?;
+                    }
+                }
+            }
+        }
+        dev.sync().map_err(|source| ControlError::Flash {
+            device: "sync".into(),
+            source,
+        })?;
+        Ok(())
+    }
+
+    /// The reply timing of the exports.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The clock everything is timed with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Chooses the device and the flash for a new vSSD.
+    fn place(&self, spec: &VssdSpec) -> Result<(DeviceRecord, Arc<FlashDevice>, Vec<Extent>)> {
+        let st = self.state.read();
+        if st.devices.is_empty() {
+            return Err(ControlError::Invalid(
+                "no flash devices are configured".into(),
+            ));
+        }
+        if spec.blocks.is_some() && spec.channel_ids.is_none() {
+            return Err(ControlError::Invalid(
+                "a block range (blocks) needs an explicit channel list (channel_ids)".into(),
+            ));
+        }
+        if let Some(ids) = &spec.channel_ids {
+            if ids.is_empty() {
+                return Err(ControlError::Invalid(
+                    "channel_ids must list at least one channel".into(),
+                ));
+            }
+            if let Some(n) = spec.channels {
+                if n as usize != ids.len() {
+                    return Err(ControlError::Invalid(format!(
+                        "channels = {n} disagrees with the {} channels listed in channel_ids",
+                        ids.len()
+                    )));
+                }
+            }
+            let d = match &spec.device {
+                Some(name) => st.device(name)?,
+                None => &st.devices[0],
+            };
+            let geo = d.rec.geometry;
+            let mut seen = BTreeSet::new();
+            for &c in ids {
+                if c >= geo.channels {
+                    return Err(ControlError::Invalid(format!(
+                        "channel {c} does not exist: device {} has channels 0 to {}",
+                        d.rec.name,
+                        geo.channels - 1
+                    )));
+                }
+                if !seen.insert(c) {
+                    return Err(ControlError::Invalid(format!(
+                        "channel {c} is listed twice in channel_ids"
+                    )));
+                }
+            }
+            let range = spec.blocks.unwrap_or(BlockRange {
+                start: 0,
+                end: geo.blocks_per_plane,
+            });
+            if range.is_empty() || range.end > geo.blocks_per_plane {
+                return Err(ControlError::Invalid(format!(
+                    "block range {range} is outside the blocks 0..{} of each plane of device {}",
+                    geo.blocks_per_plane, d.rec.name
+                )));
+            }
+            let extents: Vec<Extent> = ids
+                .iter()
+                .map(|&c| Extent {
+                    channel: c,
+                    first_block: range.start,
+                    blocks: range.len(),
+                })
+                .collect();
+            for v in st.vssds.values().filter(|v| v.rec.device == d.rec.name) {
+                for theirs in &v.rec.extents {
+                    for ours in &extents {
+                        if theirs.channel == ours.channel
+                            && range_of(theirs).overlaps(&range_of(ours))
+                        {
+                            return Err(ControlError::Overlap {
+                                other: v.rec.name.clone(),
+                                channel: ours.channel,
+                                ours: range_of(ours).to_string(),
+                                theirs: range_of(theirs).to_string(),
+                            });
+                        }
+                    }
+                }
+            }
+            return Ok((d.rec.clone(), d.dev.clone(), extents));
+        }
+        let n = spec.channels.ok_or_else(|| {
+            ControlError::Invalid(
+                "say how many channels (channels) or which ones (channel_ids)".into(),
+            )
+        })?;
+        if n == 0 {
+            return Err(ControlError::Invalid("channels must be at least 1".into()));
+        }
+        let candidates: Vec<&DeviceEntry> = match &spec.device {
+            Some(name) => vec![st.device(name)?],
+            None => st.devices.iter().collect(),
+        };
+        let mut best: Option<(&str, usize)> = None;
+        for d in candidates {
+            let free = st.free_channels(d);
+            if free.len() >= n as usize {
+                let extents = free[..n as usize]
+                    .iter()
+                    .map(|&c| Extent::whole_channel(&d.rec.geometry, c))
+                    .collect();
+                return Ok((d.rec.clone(), d.dev.clone(), extents));
+            }
+            if best.is_none_or(|(_, f)| free.len() > f) {
+                best = Some((&d.rec.name, free.len()));
+            }
+        }
+        let (device, free) = best.expect("at least one candidate device");
+        Err(ControlError::NotEnoughChannels {
+            device: device.into(),
+            requested: n,
+            free: free as u32,
+        })
+    }
+
+    /// Creates a vSSD (see [`VssdSpec`] for the choices and their defaults).
+    pub fn create_vssd(&self, spec: &VssdSpec) -> Result<VssdInfo> {
+        let _g = self.lifecycle.lock();
+        if !valid_name(&spec.name) {
+            return Err(ControlError::InvalidName(spec.name.clone()));
+        }
+        if self.state.read().vssds.contains_key(&spec.name) {
+            return Err(ControlError::Duplicate(spec.name.clone()));
+        }
+        let (drec, dev, extents) = self.place(spec)?;
+        let geo = drec.geometry;
+        let page = geo.page_size as u64;
+        let max = ftl::max_capacity(&geo, &extents);
+        let capacity = match spec.capacity {
+            Some(c) if c.0 == 0 => {
+                return Err(ControlError::Invalid(
+                    "capacity must be more than 0 bytes".into(),
+                ))
+            }
+            Some(c) => c.0.div_ceil(page).saturating_mul(page),
+            None => ftl::default_capacity(&geo, &extents),
+        };
+        if capacity > max {
+            return Err(ControlError::CapacityTooLarge {
+                requested: capacity,
+                max,
+                max_human: format_size(max),
+            });
+        }
+        let mut rec = self.store.insert_new_vssd(|id| VssdRecord {
+            id,
+            name: spec.name.clone(),
+            device: drec.name.clone(),
+            extents,
+            capacity_bytes: capacity,
+            gc: spec.gc,
+            state: VssdState::Creating,
+        })?;
+        let vssd = match Vssd::create(
+            dev,
+            Self::vssd_config(&rec),
+            self.clock.clone(),
+            self.ckpt.clone(),
+        ) {
+            Ok(v) => v,
+            Err(e) => {
+                self.store.remove_vssd(&rec.name)?;
+                return Err(e.into());
+            }
+        };
+        rec.state = VssdState::Active;
+        if let Err(e) = self.store.put_vssd(&rec) {
+            // Leave the `creating` record: the next start erases the flash and drops it.
+            let _ = vssd.destroy();
+            return Err(e);
+        }
+        info!(vssd = %rec.name, device = %rec.device, channels = %channel_list(&channels_of(&rec.extents)),
+              capacity = rec.capacity_bytes, "vSSD created");
+        let info = Self::info(&rec);
+        self.insert_entry(rec, vssd);
+        Ok(info)
+    }
+
+    /// Deletes a vSSD: marks it `deleting`, erases all of its flash, then removes it
+    /// and frees its channels. Open NBD connections to it fail from then on. Calling
+    /// it again after a failure finishes the job.
+    pub fn delete_vssd(&self, name: &str) -> Result<()> {
+        let _g = self.lifecycle.lock();
+        let entry = self
+            .state
+            .read()
+            .vssds
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ControlError::NoSuchVssd(name.into()))?;
+        let mut rec = entry.rec.clone();
+        rec.state = VssdState::Deleting;
+        self.store.put_vssd(&rec)?;
+        if let Some(e) = self.state.write().vssds.get_mut(name) {
+            e.rec.state = VssdState::Deleting;
+        }
+        entry.vssd.destroy()?;
+        self.store.remove_vssd(name)?;
+        self.state.write().vssds.remove(name);
+        info!(vssd = %name, "vSSD erased and deleted");
+        Ok(())
+    }
+
+    fn info(rec: &VssdRecord) -> VssdInfo {
+        VssdInfo {
+            name: rec.name.clone(),
+            id: rec.id,
+            device: rec.device.clone(),
+            channels: channels_of(&rec.extents),
+            extents: rec.extents.clone(),
+            capacity_bytes: rec.capacity_bytes,
+            gc: rec.gc,
+            state: rec.state,
+        }
+    }
+
+    /// Every vSSD, by name.
+    pub fn list(&self) -> Vec<VssdInfo> {
+        self.state
+            .read()
+            .vssds
+            .values()
+            .map(|e| Self::info(&e.rec))
+            .collect()
+    }
+
+    /// One vSSD.
+    pub fn get(&self, name: &str) -> Result<VssdInfo> {
+        self.state
+            .read()
+            .vssds
+            .get(name)
+            .map(|e| Self::info(&e.rec))
+            .ok_or_else(|| ControlError::NoSuchVssd(name.into()))
+    }
+
+    /// The FTL of an active vSSD (for tests and tools that need more than stats).
+    pub fn vssd(&self, name: &str) -> Option<Arc<Vssd>> {
+        let st = self.state.read();
+        st.vssds
+            .get(name)
+            .filter(|e| e.rec.state == VssdState::Active)
+            .map(|e| e.vssd.clone())
+    }
+
+    /// The exported block device of an active vSSD: the vSSD wrapped in its stats
+    /// layer, exactly what NBD clients use.
+    pub fn export_dev(&self, name: &str) -> Option<Arc<dyn BlockDev>> {
+        let st = self.state.read();
+        st.vssds
+            .get(name)
+            .filter(|e| e.rec.state == VssdState::Active)
+            .map(|e| e.export.clone())
+    }
+
+    fn stats_of(e: &VssdEntry) -> VssdStats {
+        let ftl = e.vssd.stats();
+        VssdStats {
+            name: e.rec.name.clone(),
+            device: e.rec.device.clone(),
+            ftl,
+            io: e.io.snapshot(),
+            write_amplification: ftl.write_amplification(),
+        }
+    }
+
+    /// Counters of one vSSD.
+    pub fn vssd_stats(&self, name: &str) -> Result<VssdStats> {
+        let st = self.state.read();
+        let e = st
+            .vssds
+            .get(name)
+            .filter(|e| e.rec.state == VssdState::Active)
+            .ok_or_else(|| ControlError::NoSuchVssd(name.into()))?;
+        Ok(Self::stats_of(e))
+    }
+
+    fn device_info(st: &State, d: &DeviceEntry) -> DeviceInfo {
+        let geo = d.rec.geometry;
+        let (mut min, mut max, mut sum) = (u32::MAX, 0u32, 0u64);
+        for b in 0..geo.total_blocks() {
+            let c = d.dev.erase_count(b);
+            min = min.min(c);
+            max = max.max(c);
+            sum += c as u64;
+        }
+        let used = st.used_channels(&d.rec.name);
+        DeviceInfo {
+            name: d.rec.name.clone(),
+            backend: d.rec.backend.clone(),
+            geometry: geo,
+            timing: d.rec.timing,
+            raw_bytes: geo.total_bytes(),
+            free_channels: st.free_channels(d),
+            used_channels: used.into_iter().collect(),
+            vssds: st
+                .vssds
+                .values()
+                .filter(|v| v.rec.device == d.rec.name)
+                .map(|v| v.rec.name.clone())
+                .collect(),
+            erase_count: EraseCounts {
+                min,
+                max,
+                avg: sum as f64 / geo.total_blocks().max(1) as f64,
+            },
+            stats: d.dev.stats(),
+        }
+    }
+
+    /// Every device, in configuration order.
+    pub fn devices(&self) -> Vec<DeviceInfo> {
+        let st = self.state.read();
+        st.devices
+            .iter()
+            .map(|d| Self::device_info(&st, d))
+            .collect()
+    }
+
+    /// One device.
+    pub fn device(&self, name: &str) -> Result<DeviceInfo> {
+        let st = self.state.read();
+        let d = st.device(name)?;
+        Ok(Self::device_info(&st, d))
+    }
+
+    /// The flash device of that name (for tests and tools).
+    pub fn flash(&self, name: &str) -> Option<Arc<FlashDevice>> {
+        self.state.read().device(name).ok().map(|d| d.dev.clone())
+    }
+
+    /// Stats of every device and every active vSSD.
+    pub fn stats(&self) -> HostStats {
+        let st = self.state.read();
+        HostStats {
+            devices: st
+                .devices
+                .iter()
+                .map(|d| Self::device_info(&st, d))
+                .collect(),
+            vssds: st
+                .vssds
+                .values()
+                .filter(|e| e.rec.state == VssdState::Active)
+                .map(Self::stats_of)
+                .collect(),
+        }
+    }
+
+    /// Clean shutdown: closes (syncs and checkpoints) every vSSD and syncs every
+    /// device. The manager stays usable; the daemon calls this once before exiting.
+    /// Every vSSD is closed even if one fails; the first error is returned.
+    pub fn shutdown(&self) -> Result<()> {
+        let _g = self.lifecycle.lock();
+        let st = self.state.read();
+        let mut first: Option<ControlError> = None;
+        for e in st
+            .vssds
+            .values()
+            .filter(|e| e.rec.state == VssdState::Active)
+        {
+            if let Err(err) = e.vssd.close() {
+                warn!(vssd = %e.rec.name, error = %err, "closing vSSD failed");
+                first.get_or_insert(err.into());
+            }
+        }
+        for d in &st.devices {
+            if let Err(source) = d.dev.sync() {
+                warn!(device = %d.rec.name, error = %source, "syncing device failed");
+                first.get_or_insert(ControlError::Flash {
+                    device: d.rec.name.clone(),
+                    source,
+                });
+            }
+        }
+        info!("host manager shut down");
+        first.map_or(Ok(()), Err)
+    }
+
+    fn describe(rec: &VssdRecord) -> String {
+        format!(
+            "flexssd vSSD on {} channels {}, {}, {} GC",
+            rec.device,
+            channel_list(&channels_of(&rec.extents)),
+            format_size(rec.capacity_bytes),
+            match rec.gc {
+                GcPolicyKind::Greedy => "greedy",
+                GcPolicyKind::CostBenefit => "cost-benefit",
+            }
+        )
+    }
+}
+
+impl nbd::ExportRegistry for HostManager {
+    /// The active vSSD of that name; `""` is the vSSD named `default`, or else the
+    /// oldest active vSSD.
+    fn lookup(&self, name: &str) -> Option<nbd::Export> {
+        let st = self.state.read();
+        let active = |e: &&VssdEntry| e.rec.state == VssdState::Active;
+        let e = if name.is_empty() {
+            st.vssds
+                .get("default")
+                .filter(active)
+                .or_else(|| st.vssds.values().filter(active).min_by_key(|e| e.rec.id))
+        } else {
+            st.vssds.get(name).filter(active)
+        }?;
+        Some(nbd::Export {
+            name: e.rec.name.clone(),
+            description: Self::describe(&e.rec),
+            dev: e.export.clone(),
+            pace: match self.mode {
+                Mode::Fast => None,
+                Mode::Emulation => Some(self.clock.clone()),
+            },
+        })
+    }
+
+    /// (name, description) of every active vSSD, by name.
+    fn list(&self) -> Vec<(String, String)> {
+        let st = self.state.read();
+        st.vssds
+            .values()
+            .filter(|e| e.rec.state == VssdState::Active)
+            .map(|e| (e.rec.name.clone(), Self::describe(&e.rec)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

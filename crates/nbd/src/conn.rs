@@ -1,0 +1,681 @@
+//! The transmission phase of one connection: a reader that decodes and executes
+//! requests, and a writer task that sends the replies in batches.
+//!
+//! # Data flow
+//!
+//! The reader owns the read half and an [`InBuf`]. For every request it calls the
+//! device synchronously (device calls are fast, in-memory model updates) and encodes
+//! the reply straight into the shared output buffer ([`OutBuf`]): a read's data is
+//! read by the device directly into its place in that buffer, behind the reply
+//! header, so a read costs no allocation and no copy besides the device's own.
+//!
+//! The writer task owns the write half. It swaps the filled output buffer for its
+//! empty spare one (double buffering) under the lock, and writes the whole batch
+//! with one `write_all`. The reader wakes the writer only when it is about to wait
+//! for more input (or when the batch is already large), so a burst of requests
+//! that arrived in one socket read is answered with one socket write.
+//!
+//! # Emulation mode
+//!
+//! With a pacing clock, a reply whose modelled completion time is still in the
+//! future goes to a spawned task that sleeps until then and appends it to the
+//! output buffer; replies thus leave out of order, matched by their cookies, and a
+//! slow request never holds up a fast one. A per-connection byte budget (a
+//! semaphore) bounds what those tasks may hold.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use blockdev::{BlockDev, IoResult, Nanos};
+use clock::Clock;
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{watch, Notify, Semaphore, TryAcquireError};
+
+use crate::handshake::Negotiated;
+use crate::inbuf::InBuf;
+use crate::proto::{self, Decision, Limits};
+use crate::NbdError;
+
+/// Initial size of each of the two output buffers.
+const OUT_INITIAL: usize = 256 * 1024;
+/// Wake the writer at once when this much is queued, rather than waiting until
+/// the reader runs out of input.
+const KICK_AT: usize = 64 * 1024;
+/// The reader stops decoding requests while this much output is queued.
+const HIGH_WATER: usize = 512 * 1024;
+/// An output buffer that grew past this (huge reads) is freed after use.
+const OUT_SHRINK_ABOVE: usize = 8 * 1024 * 1024;
+/// A write-payload buffer that grew past this is freed after use.
+const WBUF_KEEP: usize = 4 * 1024 * 1024;
+/// Reply bytes charged per deferred reply, besides its data.
+const DEFERRED_OVERHEAD: u32 = 256;
+/// How long a finished connection waits for its last replies to be written.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An output buffer that stays initialised: `data[..used]` is queued output, and
+/// the rest is scratch space, so appending a read reply never zero-fills.
+pub(crate) struct OutBuf {
+    data: Vec<u8>,
+    used: usize,
+}
+
+impl OutBuf {
+    fn new(cap: usize) -> Self {
+        Self {
+            data: vec![0u8; cap],
+            used: 0,
+        }
+    }
+
+    /// Appends `n` bytes and returns them for the caller to fill.
+    fn slot(&mut self, n: usize) -> &mut [u8] {
+        let start = self.used;
+        let end = start + n;
+        if self.data.len() < end {
+            let grown = end.max(self.data.len() * 2);
+            self.data.resize(grown, 0);
+        }
+        self.used = end;
+        &mut self.data[start..end]
+    }
+
+    fn push(&mut self, b: &[u8]) {
+        self.slot(b.len()).copy_from_slice(b);
+    }
+}
+
+/// Appends a reply that carries no data: a simple reply on success (allowed in
+/// both modes), and on error a simple reply, or with structured replies an error
+/// chunk with a message.
+fn put_status(
+    out: &mut OutBuf,
+    structured: bool,
+    cookie: u64,
+    res: Result<(), (u32, Cow<'_, str>)>,
+) {
+    match res {
+        Ok(()) => out.push(&proto::simple_reply(cookie, 0)),
+        Err((errno, _)) if !structured => out.push(&proto::simple_reply(cookie, errno)),
+        Err((errno, msg)) => {
+            let n = proto::structured_error_len(&msg);
+            proto::write_structured_error(out.slot(n), cookie, errno, &msg);
+        }
+    }
+}
+
+/// Header length in front of read data.
+fn read_header_len(structured: bool) -> usize {
+    if structured {
+        proto::STRUCTURED_HEADER_LEN + 8
+    } else {
+        proto::SIMPLE_REPLY_LEN
+    }
+}
+
+/// Writes the header of a successful read reply into `hdr`.
+fn write_read_header(hdr: &mut [u8], structured: bool, cookie: u64, offset: u64, len: usize) {
+    if structured {
+        hdr[..proto::STRUCTURED_HEADER_LEN].copy_from_slice(&proto::structured_header(
+            proto::REPLY_FLAG_DONE,
+            proto::REPLY_TYPE_OFFSET_DATA,
+            cookie,
+            8 + len as u32,
+        ));
+        hdr[proto::STRUCTURED_HEADER_LEN..].copy_from_slice(&offset.to_be_bytes());
+    } else {
+        hdr.copy_from_slice(&proto::simple_reply(cookie, 0));
+    }
+}
+
+/// A structured reply to an empty read: a lone final `NBD_REPLY_TYPE_NONE` chunk
+/// (a data chunk must carry at least one byte).
+fn put_empty_read(out: &mut OutBuf, cookie: u64) {
+    out.push(&proto::structured_header(
+        proto::REPLY_FLAG_DONE,
+        proto::REPLY_TYPE_NONE,
+        cookie,
+        0,
+    ));
+}
+
+/// Reads from the device straight into the output buffer, behind the header.
+fn put_read(
+    out: &mut OutBuf,
+    structured: bool,
+    cookie: u64,
+    offset: u64,
+    len: u32,
+    dev: &dyn BlockDev,
+) {
+    let len = len as usize;
+    let mark = out.used;
+    let hlen = read_header_len(structured);
+    let slot = out.slot(hlen + len);
+    let (hdr, data) = slot.split_at_mut(hlen);
+    match dev.read(offset, data) {
+        Ok(_) if structured && len == 0 => {
+            out.used = mark;
+            put_empty_read(out, cookie);
+        }
+        Ok(_) => write_read_header(hdr, structured, cookie, offset, len),
+        Err(e) => {
+            out.used = mark;
+            put_status(
+                out,
+                structured,
+                cookie,
+                Err((e.errno(), Cow::Owned(e.to_string()))),
+            );
+        }
+    }
+}
+
+/// Appends a read reply whose data was read earlier (emulation mode).
+fn put_read_data(out: &mut OutBuf, structured: bool, cookie: u64, offset: u64, data: &[u8]) {
+    if structured && data.is_empty() {
+        return put_empty_read(out, cookie);
+    }
+    let hlen = read_header_len(structured);
+    let slot = out.slot(hlen + data.len());
+    let (hdr, body) = slot.split_at_mut(hlen);
+    write_read_header(hdr, structured, cookie, offset, data.len());
+    body.copy_from_slice(data);
+}
+
+fn reject_message(errno: u32) -> &'static str {
+    match errno {
+        proto::EPERM => "the export is read-only",
+        proto::EOVERFLOW => "request longer than the server's maximum payload",
+        _ => "invalid request: unknown command or flags, or bad range or alignment",
+    }
+}
+
+struct State {
+    out: OutBuf,
+    /// The writer is waiting for `data_ready`.
+    writer_idle: bool,
+    /// The reader is waiting for `space_ready`.
+    reader_waiting: bool,
+    /// No more output will come: the writer exits once `out` is empty.
+    closed: bool,
+    /// A socket write failed: output is discarded and the reader stops.
+    failed: bool,
+}
+
+/// What the reader, the writer and the deferred-reply tasks share.
+struct Shared {
+    state: Mutex<State>,
+    data_ready: Notify,
+    space_ready: Notify,
+    writer_gone: Notify,
+    /// Byte budget of deferred replies (emulation mode).
+    paced: Semaphore,
+    paced_budget: u32,
+}
+
+impl Shared {
+    /// Appends output from a deferred-reply task and wakes the writer if it sleeps.
+    fn push_deferred(&self, f: impl FnOnce(&mut OutBuf)) {
+        let wake = {
+            let mut st = self.state.lock();
+            if st.failed {
+                return;
+            }
+            f(&mut st.out);
+            std::mem::replace(&mut st.writer_idle, false)
+        };
+        if wake {
+            self.data_ready.notify_one();
+        }
+    }
+}
+
+/// The writer task: sends queued output until the connection is closed and the
+/// queue is empty, or a write fails.
+async fn writer_loop<W: AsyncWrite + Unpin>(mut w: W, sh: Arc<Shared>) -> std::io::Result<()> {
+    let mut spare = OutBuf::new(OUT_INITIAL);
+    loop {
+        let wait = {
+            let mut st = sh.state.lock();
+            if st.out.used == 0 {
+                if st.closed {
+                    break;
+                }
+                st.writer_idle = true;
+                true
+            } else {
+                std::mem::swap(&mut st.out, &mut spare);
+                if std::mem::replace(&mut st.reader_waiting, false) {
+                    sh.space_ready.notify_one();
+                }
+                false
+            }
+        };
+        if wait {
+            sh.data_ready.notified().await;
+            continue;
+        }
+        if let Err(e) = w.write_all(&spare.data[..spare.used]).await {
+            let waiting = {
+                let mut st = sh.state.lock();
+                st.failed = true;
+                st.out.used = 0;
+                std::mem::replace(&mut st.reader_waiting, false)
+            };
+            if waiting {
+                sh.space_ready.notify_one();
+            }
+            sh.writer_gone.notify_one();
+            return Err(e);
+        }
+        spare.used = 0;
+        if spare.data.len() > OUT_SHRINK_ABOVE {
+            spare = OutBuf::new(OUT_INITIAL);
+        }
+    }
+    w.flush().await?;
+    let _ = w.shutdown().await;
+    Ok(())
+}
+
+/// Resolves once `rx` says shutdown; never, without a receiver or once its sender
+/// is gone.
+pub(crate) async fn wait_shutdown(rx: &mut Option<watch::Receiver<bool>>) {
+    let Some(rx) = rx else {
+        return std::future::pending().await;
+    };
+    loop {
+        if *rx.borrow_and_update() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+    }
+}
+
+/// Appends output from the reader, waiting while the queue is over the high-water
+/// mark. The writer is woken at once only for a large batch; otherwise
+/// `kick_pending` records that it must be woken before the reader next waits.
+async fn append<T>(
+    sh: &Shared,
+    kick_pending: &mut bool,
+    f: impl FnOnce(&mut OutBuf) -> T,
+) -> Result<T, NbdError> {
+    loop {
+        let full = {
+            let mut st = sh.state.lock();
+            if st.failed {
+                return Err(NbdError::WriterGone);
+            }
+            if st.out.used < HIGH_WATER {
+                let r = f(&mut st.out);
+                let wake = st.writer_idle && st.out.used >= KICK_AT;
+                if wake {
+                    st.writer_idle = false;
+                } else {
+                    *kick_pending = true;
+                }
+                drop(st);
+                if wake {
+                    sh.data_ready.notify_one();
+                }
+                return Ok(r);
+            }
+            st.reader_waiting = true;
+            std::mem::replace(&mut st.writer_idle, false)
+        };
+        if full {
+            sh.data_ready.notify_one();
+        }
+        *kick_pending = false;
+        // `f` was not called: the next round tries again with it.
+        sh.space_ready.notified().await;
+    }
+}
+
+/// A reply held back until its modelled completion time.
+enum Deferred {
+    Status {
+        cookie: u64,
+    },
+    Data {
+        cookie: u64,
+        offset: u64,
+        data: Vec<u8>,
+    },
+}
+
+/// The reader side of a connection in transmission.
+struct Conn<R> {
+    rd: R,
+    inbuf: InBuf,
+    dev: Arc<dyn BlockDev>,
+    pace: Option<Arc<dyn Clock>>,
+    limits: Limits,
+    shared: Arc<Shared>,
+    wbuf: Vec<u8>,
+    kick_pending: bool,
+    shutdown: Option<watch::Receiver<bool>>,
+}
+
+impl<R: AsyncRead + Unpin> Conn<R> {
+    /// Wakes the writer if replies were queued since it last was.
+    fn kick(&mut self) {
+        if !std::mem::take(&mut self.kick_pending) {
+            return;
+        }
+        let wake = {
+            let mut st = self.shared.state.lock();
+            st.out.used > 0 && std::mem::replace(&mut st.writer_idle, false)
+        };
+        if wake {
+            self.shared.data_ready.notify_one();
+        }
+    }
+
+    /// Decodes and executes requests until the client disconnects (`Ok`), the
+    /// server shuts down (`Ok`), or the stream breaks (`Err`).
+    async fn serve(&mut self) -> Result<(), NbdError> {
+        loop {
+            if self.inbuf.len() < proto::REQUEST_HEADER_LEN {
+                self.kick();
+                let filled = tokio::select! {
+                    biased;
+                    _ = wait_shutdown(&mut self.shutdown) => return Ok(()),
+                    _ = self.shared.writer_gone.notified() => return Err(NbdError::WriterGone),
+                    r = self.inbuf.fill(&mut self.rd, proto::REQUEST_HEADER_LEN) => r?,
+                };
+                if !filled {
+                    return if self.inbuf.len() == 0 {
+                        Ok(())
+                    } else {
+                        Err(NbdError::HungUp)
+                    };
+                }
+            }
+            let h = proto::parse_request(&self.inbuf.data()[..proto::REQUEST_HEADER_LEN])?;
+            self.inbuf.consume(proto::REQUEST_HEADER_LEN);
+            let cookie = h.cookie;
+            match proto::classify(&h, &self.limits) {
+                Decision::Read { offset, len } => self.read(cookie, offset, len).await?,
+                Decision::Write { offset, len, fua } => {
+                    self.write(cookie, offset, len, fua).await?
+                }
+                Decision::Flush => {
+                    let r = self.dev.flush();
+                    self.complete(cookie, r).await?;
+                }
+                Decision::Trim {
+                    offset,
+                    len,
+                    fua: _,
+                } => {
+                    let r = self.dev.trim(offset, u64::from(len));
+                    self.complete(cookie, r).await?;
+                }
+                Decision::WriteZeroes {
+                    offset,
+                    len,
+                    fua,
+                    no_hole: _,
+                } => {
+                    // A device that implements write_zeroes allocates or not as
+                    // it sees fit; either way the range reads back as zeroes, so
+                    // NO_HOLE needs no special handling.
+                    let r = self.dev.write_zeroes(offset, u64::from(len), fua);
+                    self.complete(cookie, r).await?;
+                }
+                Decision::Cache { .. } => self.status(cookie, Ok(())).await?,
+                Decision::Disconnect => return Ok(()),
+                Decision::Reject { errno, skip } => {
+                    if skip > 0 {
+                        self.kick();
+                        if !self.inbuf.skip(&mut self.rd, skip as usize).await? {
+                            return Err(NbdError::HungUp);
+                        }
+                    }
+                    let structured = self.limits.structured;
+                    append(&self.shared, &mut self.kick_pending, |out| {
+                        put_status(
+                            out,
+                            structured,
+                            cookie,
+                            Err((errno, reject_message(errno).into())),
+                        )
+                    })
+                    .await?;
+                }
+                Decision::HangUp(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Queues a data-less reply now.
+    async fn status(
+        &mut self,
+        cookie: u64,
+        res: Result<(), (u32, Cow<'static, str>)>,
+    ) -> Result<(), NbdError> {
+        let structured = self.limits.structured;
+        append(&self.shared, &mut self.kick_pending, |out| {
+            put_status(out, structured, cookie, res)
+        })
+        .await
+    }
+
+    /// Replies to a data-less command that the device has executed.
+    async fn complete(&mut self, cookie: u64, r: IoResult) -> Result<(), NbdError> {
+        match r {
+            Ok(t) => match self.pace.clone() {
+                Some(clock) if clock.now() < t => {
+                    self.defer(clock, t, Deferred::Status { cookie }).await
+                }
+                _ => self.status(cookie, Ok(())).await,
+            },
+            Err(e) => {
+                self.status(cookie, Err((e.errno(), Cow::Owned(e.to_string()))))
+                    .await
+            }
+        }
+    }
+
+    async fn read(&mut self, cookie: u64, offset: u64, len: u32) -> Result<(), NbdError> {
+        let structured = self.limits.structured;
+        let Some(clock) = self.pace.clone() else {
+            let dev = &*self.dev;
+            return append(&self.shared, &mut self.kick_pending, |out| {
+                put_read(out, structured, cookie, offset, len, dev)
+            })
+            .await;
+        };
+        let mut data = vec![0u8; len as usize];
+        match self.dev.read(offset, &mut data) {
+            Ok(t) if clock.now() < t => {
+                self.defer(
+                    clock,
+                    t,
+                    Deferred::Data {
+                        cookie,
+                        offset,
+                        data,
+                    },
+                )
+                .await
+            }
+            Ok(_) => {
+                append(&self.shared, &mut self.kick_pending, |out| {
+                    put_read_data(out, structured, cookie, offset, &data)
+                })
+                .await
+            }
+            Err(e) => {
+                self.status(cookie, Err((e.errno(), Cow::Owned(e.to_string()))))
+                    .await
+            }
+        }
+    }
+
+    async fn write(
+        &mut self,
+        cookie: u64,
+        offset: u64,
+        len: u32,
+        fua: bool,
+    ) -> Result<(), NbdError> {
+        let n = len as usize;
+        let r = if self.inbuf.len() >= n {
+            // The whole payload is buffered: write it from there, no copy.
+            let r = self.dev.write(offset, &self.inbuf.data()[..n], fua);
+            self.inbuf.consume(n);
+            r
+        } else {
+            self.kick();
+            if self.wbuf.len() < n {
+                self.wbuf.resize(n, 0);
+            }
+            if !self
+                .inbuf
+                .read_exact(&mut self.rd, &mut self.wbuf[..n])
+                .await?
+            {
+                // Hung up mid-payload: nothing was written.
+                return Err(NbdError::HungUp);
+            }
+            let r = self.dev.write(offset, &self.wbuf[..n], fua);
+            if self.wbuf.len() > WBUF_KEEP {
+                self.wbuf = Vec::new();
+            }
+            r
+        };
+        self.complete(cookie, r).await
+    }
+
+    /// Hands a reply to a task that sends it once `clock` reaches `t`.
+    async fn defer(
+        &mut self,
+        clock: Arc<dyn Clock>,
+        t: Nanos,
+        d: Deferred,
+    ) -> Result<(), NbdError> {
+        let data_len = match &d {
+            Deferred::Data { data, .. } => data.len() as u32,
+            Deferred::Status { .. } => 0,
+        };
+        let cost = DEFERRED_OVERHEAD
+            .saturating_add(data_len)
+            .min(self.shared.paced_budget);
+        let acquired = match self.shared.paced.try_acquire_many(cost) {
+            Ok(p) => {
+                p.forget();
+                true
+            }
+            Err(TryAcquireError::NoPermits) => false,
+            Err(TryAcquireError::Closed) => return Err(NbdError::WriterGone),
+        };
+        if !acquired {
+            // Over budget: let the writer drain, then wait for deferred replies.
+            self.kick();
+            match self.shared.paced.acquire_many(cost).await {
+                Ok(p) => p.forget(),
+                Err(_) => return Err(NbdError::WriterGone),
+            }
+        }
+        let shared = self.shared.clone();
+        let structured = self.limits.structured;
+        tokio::spawn(async move {
+            loop {
+                let wait = clock.until(t);
+                if wait.is_zero() {
+                    break;
+                }
+                tokio::time::sleep(wait).await;
+            }
+            shared.push_deferred(|out| match &d {
+                Deferred::Status { cookie } => put_status(out, structured, *cookie, Ok(())),
+                Deferred::Data {
+                    cookie,
+                    offset,
+                    data,
+                } => put_read_data(out, structured, *cookie, *offset, data),
+            });
+            shared.paced.add_permits(cost as usize);
+        });
+        Ok(())
+    }
+}
+
+/// Runs the transmission phase until the client disconnects, the server shuts
+/// down, or the stream breaks; in-flight replies are sent before the connection
+/// is closed.
+pub(crate) async fn transmit<R, W>(
+    rd: R,
+    inbuf: InBuf,
+    wr: W,
+    neg: Negotiated,
+    max_payload: u32,
+    paced_budget: u32,
+    shutdown: Option<watch::Receiver<bool>>,
+) -> Result<(), NbdError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let paced_budget = paced_budget.max(max_payload.saturating_add(DEFERRED_OVERHEAD));
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            out: OutBuf::new(OUT_INITIAL),
+            writer_idle: false,
+            reader_waiting: false,
+            closed: false,
+            failed: false,
+        }),
+        data_ready: Notify::new(),
+        space_ready: Notify::new(),
+        writer_gone: Notify::new(),
+        paced: Semaphore::new(paced_budget as usize),
+        paced_budget,
+    });
+    let mut writer = tokio::spawn(writer_loop(wr, shared.clone()));
+    let limits = Limits {
+        size: neg.size,
+        block: neg.block,
+        max_payload,
+        read_only: neg.export.dev.read_only(),
+        structured: neg.structured,
+    };
+    let mut conn = Conn {
+        rd,
+        inbuf,
+        dev: neg.export.dev.clone(),
+        pace: neg.export.pace.clone(),
+        limits,
+        shared: shared.clone(),
+        wbuf: Vec::new(),
+        kick_pending: false,
+        shutdown,
+    };
+    let res = conn.serve().await;
+    drop(conn);
+    if let Ok(p) = shared.paced.acquire_many(paced_budget).await {
+        // Every deferred reply has been queued.
+        p.forget();
+    }
+    shared.state.lock().closed = true;
+    shared.data_ready.notify_one();
+    let wres = match tokio::time::timeout(DRAIN_TIMEOUT, &mut writer).await {
+        Ok(Ok(r)) => r.map_err(NbdError::from),
+        Ok(Err(join)) => Err(NbdError::Task(join.to_string())),
+        Err(_) => {
+            writer.abort();
+            Err(NbdError::Io(std::io::ErrorKind::TimedOut.into()))
+        }
+    };
+    match res {
+        Err(NbdError::WriterGone) => wres.and(Err(NbdError::WriterGone)),
+        Err(e) => Err(e),
+        Ok(()) => wres,
+    }
+}

@@ -1,0 +1,1083 @@
+//! Connection-level tests: a hand-written client speaks the raw protocol to
+//! [`Server::handle`] over an in-memory duplex pipe.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use blockdev::{BlockDev, BlockSizes, IoError, IoResult, MemDev};
+use clock::{Clock, MonotonicClock, VirtualClock};
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::task::JoinHandle;
+
+use crate::proto::*;
+use crate::{Export, MapRegistry, NbdError, Server, ServerConfig};
+
+const SIZE: u64 = 1 << 20;
+const T: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------------
+// Test devices
+// ---------------------------------------------------------------------------------
+
+/// Records every call (with its FUA flag) before passing it to a MemDev; can be
+/// made read-only or given block sizes.
+struct Recorder {
+    inner: MemDev,
+    log: Mutex<Vec<String>>,
+    read_only: bool,
+    sizes: BlockSizes,
+}
+
+impl Recorder {
+    fn new(size: u64) -> Self {
+        Self {
+            inner: MemDev::new(size),
+            log: Mutex::new(Vec::new()),
+            read_only: false,
+            sizes: BlockSizes::default(),
+        }
+    }
+    fn take_log(&self) -> Vec<String> {
+        std::mem::take(&mut *self.log.lock())
+    }
+}
+
+impl BlockDev for Recorder {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn block_sizes(&self) -> BlockSizes {
+        self.sizes
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
+        self.log
+            .lock()
+            .push(format!("write {offset} {} fua={fua}", data.len()));
+        self.inner.write(offset, data, fua)
+    }
+    fn flush(&self) -> IoResult {
+        self.log.lock().push("flush".into());
+        self.inner.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> IoResult {
+        self.log.lock().push(format!("trim {offset} {len}"));
+        self.inner.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
+        self.log
+            .lock()
+            .push(format!("zero {offset} {len} fua={fua}"));
+        self.inner.write_zeroes(offset, len, fua)
+    }
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+}
+
+/// A device whose every call fails with the given error.
+struct Failing(IoError);
+
+impl BlockDev for Failing {
+    fn size(&self) -> u64 {
+        SIZE
+    }
+    fn read(&self, _: u64, _: &mut [u8]) -> IoResult {
+        Err(self.0.clone())
+    }
+    fn write(&self, _: u64, _: &[u8], _: bool) -> IoResult {
+        Err(self.0.clone())
+    }
+    fn flush(&self) -> IoResult {
+        Err(self.0.clone())
+    }
+    fn trim(&self, _: u64, _: u64) -> IoResult {
+        Err(self.0.clone())
+    }
+    fn write_zeroes(&self, _: u64, _: u64, _: bool) -> IoResult {
+        Err(self.0.clone())
+    }
+}
+
+/// A MemDev whose operations complete `offset / 4096 * step` after "now" on a
+/// clock: the higher the offset, the slower the request.
+#[derive(Debug)]
+struct Paced {
+    inner: MemDev,
+    clock: Arc<dyn Clock>,
+    step: u64,
+    calls: AtomicU64,
+}
+
+impl Paced {
+    fn done(&self, offset: u64) -> u64 {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.clock.now() + offset / 4096 * self.step
+    }
+}
+
+impl BlockDev for Paced {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
+        self.inner.read(offset, buf)?;
+        Ok(self.done(offset))
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
+        self.inner.write(offset, data, fua)?;
+        Ok(self.done(offset))
+    }
+    fn flush(&self) -> IoResult {
+        Ok(self.done(0))
+    }
+    fn trim(&self, offset: u64, len: u64) -> IoResult {
+        self.inner.trim(offset, len)?;
+        Ok(self.done(offset))
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
+        self.inner.write_zeroes(offset, len, fua)?;
+        Ok(self.done(offset))
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Raw client
+// ---------------------------------------------------------------------------------
+
+fn export(name: &str, dev: Arc<dyn BlockDev>) -> Export {
+    Export {
+        name: name.into(),
+        description: format!("{name} device"),
+        dev,
+        pace: None,
+    }
+}
+
+fn server_with(exports: Vec<Export>, config: ServerConfig) -> Server {
+    let reg = MapRegistry::new();
+    for e in exports {
+        reg.insert(e);
+    }
+    reg.set_default(Some("disk"));
+    Server::new(Arc::new(reg), config)
+}
+
+struct Client {
+    s: DuplexStream,
+    srv: JoinHandle<Result<(), NbdError>>,
+}
+
+struct Reply {
+    error: u32,
+    cookie: u64,
+    data: Vec<u8>,
+}
+
+impl Client {
+    async fn connect(server: &Server) -> Self {
+        let (a, b) = tokio::io::duplex(4 << 20);
+        let server = server.clone();
+        let srv = tokio::spawn(async move { server.handle(b).await });
+        let mut c = Client { s: a, srv };
+        let mut g = [0u8; 18];
+        c.s.read_exact(&mut g).await.unwrap();
+        assert_eq!(&g[..16], b"NBDMAGICIHAVEOPT");
+        assert_eq!(
+            u16::from_be_bytes([g[16], g[17]]),
+            FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES
+        );
+        c
+    }
+
+    /// Connects, sends client flags 3 (fixed newstyle, no zeroes).
+    async fn start(server: &Server) -> Self {
+        let mut c = Self::connect(server).await;
+        c.s.write_all(&3u32.to_be_bytes()).await.unwrap();
+        c
+    }
+
+    async fn option(&mut self, option: u32, data: &[u8]) {
+        let mut m = IHAVEOPT.to_be_bytes().to_vec();
+        m.extend_from_slice(&option.to_be_bytes());
+        m.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        m.extend_from_slice(data);
+        self.s.write_all(&m).await.unwrap();
+    }
+
+    async fn option_reply(&mut self) -> (u32, u32, Vec<u8>) {
+        let mut h = [0u8; 20];
+        tokio::time::timeout(T, self.s.read_exact(&mut h))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            u64::from_be_bytes(h[..8].try_into().unwrap()),
+            OPT_REPLY_MAGIC
+        );
+        let opt = u32::from_be_bytes(h[8..12].try_into().unwrap());
+        let rep = u32::from_be_bytes(h[12..16].try_into().unwrap());
+        let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
+        let mut d = vec![0u8; len as usize];
+        self.s.read_exact(&mut d).await.unwrap();
+        (opt, rep, d)
+    }
+
+    /// Sends INFO or GO and collects the replies up to the final one.
+    async fn info(&mut self, option: u32, name: &str, reqs: &[u16]) -> (u32, Vec<Vec<u8>>) {
+        let mut d = (name.len() as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(name.as_bytes());
+        d.extend_from_slice(&(reqs.len() as u16).to_be_bytes());
+        for r in reqs {
+            d.extend_from_slice(&r.to_be_bytes());
+        }
+        self.option(option, &d).await;
+        let mut infos = Vec::new();
+        loop {
+            let (opt, rep, data) = self.option_reply().await;
+            assert_eq!(opt, option);
+            if rep == REP_INFO {
+                infos.push(data);
+            } else {
+                return (rep, infos);
+            }
+        }
+    }
+
+    /// Full handshake to transmission on `name`; returns (size, flags).
+    async fn go(server: &Server, name: &str, structured: bool) -> (Self, u64, u16) {
+        let mut c = Self::start(server).await;
+        if structured {
+            c.option(OPT_STRUCTURED_REPLY, &[]).await;
+            assert_eq!(c.option_reply().await.1, REP_ACK);
+        }
+        let (rep, infos) = c.info(OPT_GO, name, &[INFO_BLOCK_SIZE]).await;
+        assert_eq!(rep, REP_ACK);
+        let e = infos
+            .iter()
+            .find(|i| i[..2] == INFO_EXPORT.to_be_bytes())
+            .unwrap();
+        let size = u64::from_be_bytes(e[2..10].try_into().unwrap());
+        let flags = u16::from_be_bytes(e[10..12].try_into().unwrap());
+        (c, size, flags)
+    }
+
+    async fn request(&mut self, kind: u16, flags: u16, cookie: u64, offset: u64, length: u32) {
+        let h = RequestHeader {
+            flags,
+            kind,
+            cookie,
+            offset,
+            length,
+        };
+        self.s.write_all(&encode_request(&h)).await.unwrap();
+    }
+
+    async fn write(&mut self, cookie: u64, offset: u64, data: &[u8], flags: u16) {
+        self.request(CMD_WRITE, flags, cookie, offset, data.len() as u32)
+            .await;
+        self.s.write_all(data).await.unwrap();
+    }
+
+    /// A simple reply; `data_len` bytes follow it if it reports success.
+    async fn simple(&mut self, data_len: usize) -> Reply {
+        let mut h = [0u8; 16];
+        tokio::time::timeout(T, self.s.read_exact(&mut h))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            u32::from_be_bytes(h[..4].try_into().unwrap()),
+            SIMPLE_REPLY_MAGIC
+        );
+        let error = u32::from_be_bytes(h[4..8].try_into().unwrap());
+        let cookie = u64::from_be_bytes(h[8..16].try_into().unwrap());
+        let mut data = vec![0u8; if error == 0 { data_len } else { 0 }];
+        self.s.read_exact(&mut data).await.unwrap();
+        Reply {
+            error,
+            cookie,
+            data,
+        }
+    }
+
+    /// One structured chunk: (flags, type, cookie, payload).
+    async fn chunk(&mut self) -> (u16, u16, u64, Vec<u8>) {
+        let mut h = [0u8; 20];
+        tokio::time::timeout(T, self.s.read_exact(&mut h))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            u32::from_be_bytes(h[..4].try_into().unwrap()),
+            STRUCTURED_REPLY_MAGIC
+        );
+        let flags = u16::from_be_bytes(h[4..6].try_into().unwrap());
+        let kind = u16::from_be_bytes(h[6..8].try_into().unwrap());
+        let cookie = u64::from_be_bytes(h[8..16].try_into().unwrap());
+        let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
+        let mut p = vec![0u8; len as usize];
+        self.s.read_exact(&mut p).await.unwrap();
+        (flags, kind, cookie, p)
+    }
+
+    /// Waits for the server to close the connection; returns its result.
+    async fn closed(mut self) -> Result<(), NbdError> {
+        let mut rest = Vec::new();
+        tokio::time::timeout(T, self.s.read_to_end(&mut rest))
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::timeout(T, self.srv).await.unwrap().unwrap()
+    }
+
+    async fn disconnect(mut self) -> Result<(), NbdError> {
+        self.request(CMD_DISC, 0, 0, 0, 0).await;
+        self.closed().await
+    }
+}
+
+fn mem_server() -> (Server, Arc<MemDev>) {
+    let dev = Arc::new(MemDev::new(SIZE));
+    (
+        server_with(vec![export("disk", dev.clone())], ServerConfig::default()),
+        dev,
+    )
+}
+
+fn dev_bytes(dev: &dyn BlockDev) -> Vec<u8> {
+    let mut v = vec![0u8; dev.size() as usize];
+    dev.read(0, &mut v).unwrap();
+    v
+}
+
+// ---------------------------------------------------------------------------------
+// Handshake
+// ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn unknown_client_flags_disconnect() {
+    let (server, _) = mem_server();
+    let mut c = Client::connect(&server).await;
+    c.s.write_all(&0x80u32.to_be_bytes()).await.unwrap();
+    assert!(matches!(
+        c.closed().await,
+        Err(NbdError::Protocol(ProtoError::BadClientFlags(0x80)))
+    ));
+}
+
+#[tokio::test]
+async fn wrong_option_magic_disconnects() {
+    let (server, _) = mem_server();
+    let mut c = Client::start(&server).await;
+    c.s.write_all(b"NOTMAGIC\0\0\0\x07\0\0\0\0").await.unwrap();
+    assert!(matches!(
+        c.closed().await,
+        Err(NbdError::Protocol(ProtoError::BadMagic(_)))
+    ));
+}
+
+#[tokio::test]
+async fn oversized_option_disconnects() {
+    let (server, _) = mem_server();
+    let mut c = Client::start(&server).await;
+    let mut m = IHAVEOPT.to_be_bytes().to_vec();
+    m.extend_from_slice(&OPT_LIST.to_be_bytes());
+    m.extend_from_slice(&(MAX_OPTION_LEN + 1).to_be_bytes());
+    c.s.write_all(&m).await.unwrap();
+    assert!(matches!(
+        c.closed().await,
+        Err(NbdError::Protocol(ProtoError::OptionTooLong { .. }))
+    ));
+}
+
+#[tokio::test]
+async fn unknown_and_malformed_options_keep_negotiating() {
+    let (server, _) = mem_server();
+    let mut c = Client::start(&server).await;
+    c.option(0xdead, b"whatever").await;
+    assert_eq!(c.option_reply().await.1, REP_ERR_UNSUP);
+    c.option(OPT_STARTTLS, &[]).await;
+    assert_eq!(c.option_reply().await.1, REP_ERR_UNSUP);
+    c.option(OPT_SET_META_CONTEXT, &[0; 8]).await;
+    assert_eq!(c.option_reply().await.1, REP_ERR_UNSUP);
+    c.option(OPT_LIST, b"x").await;
+    assert_eq!(c.option_reply().await.1, REP_ERR_INVALID);
+    c.option(OPT_STRUCTURED_REPLY, b"x").await;
+    assert_eq!(c.option_reply().await.1, REP_ERR_INVALID);
+    // Name length pointing past the data.
+    c.option(OPT_GO, &[0, 0, 0, 9, b'd', 0, 0]).await;
+    assert_eq!(c.option_reply().await.1, REP_ERR_INVALID);
+    // Request count not matching the length.
+    c.option(OPT_INFO, &[0, 0, 0, 0, 0, 2, 0, 3]).await;
+    assert_eq!(c.option_reply().await.1, REP_ERR_INVALID);
+    // Still negotiating: GO works.
+    let (rep, _) = c.info(OPT_GO, "disk", &[]).await;
+    assert_eq!(rep, REP_ACK);
+    assert!(c.disconnect().await.is_ok());
+}
+
+#[tokio::test]
+async fn unknown_export() {
+    let (server, _) = mem_server();
+    let mut c = Client::start(&server).await;
+    let (rep, infos) = c.info(OPT_INFO, "nope", &[]).await;
+    assert_eq!((rep, infos.len()), (REP_ERR_UNKNOWN, 0));
+    let (rep, _) = c.info(OPT_GO, "nope", &[]).await;
+    assert_eq!(rep, REP_ERR_UNKNOWN);
+    // NBD_OPT_EXPORT_NAME cannot report an error: the server hangs up.
+    c.option(OPT_EXPORT_NAME, b"nope").await;
+    assert!(matches!(c.closed().await, Err(NbdError::UnknownExport(n)) if n == "nope"));
+}
+
+#[tokio::test]
+async fn list_returns_exports() {
+    let server = server_with(
+        vec![
+            export("disk", Arc::new(MemDev::new(SIZE))),
+            export("other", Arc::new(MemDev::new(4096))),
+        ],
+        ServerConfig::default(),
+    );
+    let mut c = Client::start(&server).await;
+    c.option(OPT_LIST, &[]).await;
+    let mut got = Vec::new();
+    loop {
+        let (opt, rep, d) = c.option_reply().await;
+        assert_eq!(opt, OPT_LIST);
+        if rep == REP_ACK {
+            break;
+        }
+        assert_eq!(rep, REP_SERVER);
+        let n = u32::from_be_bytes(d[..4].try_into().unwrap()) as usize;
+        got.push((
+            String::from_utf8(d[4..4 + n].to_vec()).unwrap(),
+            String::from_utf8(d[4 + n..].to_vec()).unwrap(),
+        ));
+    }
+    assert_eq!(
+        got,
+        vec![
+            ("disk".into(), "disk device".into()),
+            ("other".into(), "other device".into())
+        ]
+    );
+    c.option(OPT_ABORT, &[]).await;
+    assert_eq!(c.option_reply().await.1, REP_ACK);
+    assert!(c.closed().await.is_ok());
+}
+
+#[tokio::test]
+async fn info_and_go_report_export_and_block_sizes() {
+    let mut rec = Recorder::new(SIZE);
+    rec.sizes = BlockSizes {
+        minimum: 512,
+        preferred: 4096,
+        maximum: 64 << 20,
+    };
+    let mut ro = Recorder::new(8192);
+    ro.read_only = true;
+    let config = ServerConfig {
+        max_payload: 1 << 20,
+        multi_conn: false,
+        ..Default::default()
+    };
+    let server = server_with(
+        vec![export("disk", Arc::new(rec)), export("ro", Arc::new(ro))],
+        config,
+    );
+    let mut c = Client::start(&server).await;
+    let (rep, infos) = c
+        .info(
+            OPT_INFO,
+            "",
+            &[INFO_NAME, INFO_DESCRIPTION, INFO_BLOCK_SIZE, 999],
+        )
+        .await;
+    assert_eq!(rep, REP_ACK);
+    let base = TFLAG_HAS_FLAGS
+        | TFLAG_SEND_FLUSH
+        | TFLAG_SEND_FUA
+        | TFLAG_SEND_TRIM
+        | TFLAG_SEND_WRITE_ZEROES
+        | TFLAG_SEND_CACHE;
+    assert!(
+        infos.contains(&info_export(SIZE, base).to_vec()),
+        "{infos:?}"
+    );
+    assert!(infos.contains(&info_string(INFO_NAME, "disk")));
+    assert!(infos.contains(&info_string(INFO_DESCRIPTION, "disk device")));
+    let bs = BlockSizes {
+        minimum: 512,
+        preferred: 4096,
+        maximum: 1 << 20,
+    };
+    assert!(infos.contains(&info_block_size(bs).to_vec()));
+    assert_eq!(infos.len(), 4, "the unknown request 999 is ignored");
+
+    // Read-only export, structured replies negotiated: READ_ONLY and DF flags.
+    c.option(OPT_STRUCTURED_REPLY, &[]).await;
+    assert_eq!(c.option_reply().await.1, REP_ACK);
+    let (rep, infos) = c.info(OPT_GO, "ro", &[]).await;
+    assert_eq!(rep, REP_ACK);
+    assert!(infos.contains(&info_export(8192, base | TFLAG_READ_ONLY | TFLAG_SEND_DF).to_vec()));
+    assert!(c.disconnect().await.is_ok());
+
+    // multi_conn on by default.
+    let (server, _) = mem_server();
+    let (c, size, flags) = Client::go(&server, "disk", false).await;
+    assert_eq!(size, SIZE);
+    assert_eq!(flags, base | TFLAG_CAN_MULTI_CONN);
+    assert!(c.disconnect().await.is_ok());
+}
+
+#[tokio::test]
+async fn export_name_with_and_without_zeroes() {
+    for (client_flags, len) in [(1u32, 134usize), (3, 10)] {
+        let (server, _) = mem_server();
+        let mut c = Client::connect(&server).await;
+        c.s.write_all(&client_flags.to_be_bytes()).await.unwrap();
+        c.option(OPT_EXPORT_NAME, b"disk").await;
+        let mut r = vec![0u8; len];
+        c.s.read_exact(&mut r).await.unwrap();
+        assert_eq!(u64::from_be_bytes(r[..8].try_into().unwrap()), SIZE);
+        assert!(r[10..].iter().all(|&b| b == 0));
+        // Transmission works right after.
+        c.write(1, 0, b"abc", 0).await;
+        assert_eq!(c.simple(0).await.error, 0);
+        assert!(c.disconnect().await.is_ok());
+    }
+}
+
+#[tokio::test]
+async fn client_leaving_during_handshake_is_clean() {
+    let (server, _) = mem_server();
+    let c = Client::start(&server).await;
+    drop(c.s);
+    assert!(c.srv.await.unwrap().is_ok());
+    // Mid-option is a hang-up.
+    let mut c = Client::start(&server).await;
+    c.s.write_all(&IHAVEOPT.to_be_bytes()).await.unwrap();
+    let Client { s, srv } = c;
+    drop(s);
+    assert!(matches!(srv.await.unwrap(), Err(NbdError::HungUp)));
+}
+
+// ---------------------------------------------------------------------------------
+// Transmission
+// ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn write_then_read_back() {
+    let (server, dev) = mem_server();
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+    c.write(1, 12_345, &data, 0).await;
+    let r = c.simple(0).await;
+    assert_eq!((r.error, r.cookie), (0, 1));
+    c.request(CMD_READ, 0, 2, 12_345, 10_000).await;
+    let r = c.simple(10_000).await;
+    assert_eq!((r.error, r.cookie), (0, 2));
+    assert_eq!(r.data, data);
+    assert_eq!(&dev_bytes(&*dev)[12_345..22_345], &data[..]);
+    assert!(c.disconnect().await.is_ok());
+}
+
+#[tokio::test]
+async fn out_of_range_requests_get_einval_and_touch_nothing() {
+    let (server, dev) = mem_server();
+    dev.write(0, &vec![0x5a; SIZE as usize], false).unwrap();
+    let before = dev_bytes(&*dev);
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    // Write straddling the end: EINVAL, payload consumed.
+    c.write(1, SIZE - 10, &[1u8; 20], 0).await;
+    assert_eq!(c.simple(0).await.error, EINVAL);
+    // Offset that overflows u64.
+    c.write(2, u64::MAX - 5, &[2u8; 20], 0).await;
+    assert_eq!(c.simple(0).await.error, EINVAL);
+    c.request(CMD_READ, 0, 3, SIZE, 1).await;
+    let r = c.simple(1).await;
+    assert_eq!((r.error, r.cookie, r.data.len()), (EINVAL, 3, 0));
+    c.request(CMD_TRIM, 0, 4, SIZE - 1, 2).await;
+    assert_eq!(c.simple(0).await.error, EINVAL);
+    c.request(CMD_WRITE_ZEROES, 0, 5, u64::MAX, u32::MAX).await;
+    assert_eq!(c.simple(0).await.error, EINVAL);
+    c.request(CMD_CACHE, 0, 6, SIZE, 1).await;
+    assert_eq!(c.simple(0).await.error, EINVAL);
+    // The stream is still in sync: a good write lands exactly where asked.
+    c.write(7, SIZE - 4, b"tail", 0).await;
+    let r = c.simple(0).await;
+    assert_eq!((r.error, r.cookie), (0, 7));
+    let after = dev_bytes(&*dev);
+    assert_eq!(&after[..SIZE as usize - 4], &before[..SIZE as usize - 4]);
+    assert_eq!(&after[SIZE as usize - 4..], b"tail");
+    assert!(c.disconnect().await.is_ok());
+}
+
+#[tokio::test]
+async fn oversized_write_disconnects_without_writing() {
+    let config = ServerConfig {
+        max_payload: 64 * 1024,
+        ..Default::default()
+    };
+    let dev = Arc::new(MemDev::new(SIZE));
+    let server = server_with(vec![export("disk", dev.clone())], config);
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    c.write(1, 0, &[7u8; 64 * 1024 + 1], 0).await;
+    assert!(matches!(
+        c.closed().await,
+        Err(NbdError::Protocol(ProtoError::PayloadTooLarge {
+            len: 65537,
+            max: 65536
+        }))
+    ));
+    assert!(dev_bytes(&*dev).iter().all(|&b| b == 0));
+}
+
+#[tokio::test]
+async fn oversized_read_gets_eoverflow() {
+    let config = ServerConfig {
+        max_payload: 64 * 1024,
+        ..Default::default()
+    };
+    let server = server_with(vec![export("disk", Arc::new(MemDev::new(SIZE)))], config);
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    c.request(CMD_READ, 0, 1, 0, 64 * 1024 + 1).await;
+    assert_eq!(c.simple(0).await.error, EOVERFLOW);
+    c.request(CMD_READ, 0, 2, 0, 64 * 1024).await;
+    assert_eq!(c.simple(64 * 1024).await.error, 0);
+    assert!(c.disconnect().await.is_ok());
+}
+
+#[tokio::test]
+async fn unknown_commands_and_flags_get_einval() {
+    let (server, dev) = mem_server();
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    c.request(42, 0, 1, 0, 0).await;
+    assert_eq!(c.simple(0).await.error, EINVAL);
+    c.request(CMD_BLOCK_STATUS, 0, 2, 0, 512).await;
+    assert_eq!(c.simple(0).await.error, EINVAL);
+    c.request(CMD_FLUSH, 0x8000, 3, 0, 0).await;
+    assert_eq!(c.simple(0).await.error, EINVAL);
+    // DF without structured replies is not allowed.
+    c.request(CMD_READ, CMD_FLAG_DF, 4, 0, 512).await;
+    assert_eq!(c.simple(512).await.error, EINVAL);
+    // A write with bad flags: EINVAL, payload skipped, nothing written.
+    c.write(5, 0, &[9u8; 100], CMD_FLAG_NO_HOLE).await;
+    assert_eq!(c.simple(0).await.error, EINVAL);
+    c.request(CMD_READ, 0, 6, 0, 100).await;
+    let r = c.simple(100).await;
+    assert_eq!((r.error, r.cookie), (0, 6));
+    assert!(r.data.iter().all(|&b| b == 0));
+    assert!(dev_bytes(&*dev).iter().all(|&b| b == 0));
+    assert!(c.disconnect().await.is_ok());
+}
+
+#[tokio::test]
+async fn bad_request_magic_disconnects_after_earlier_replies() {
+    let (server, _) = mem_server();
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    c.request(CMD_FLUSH, 0, 1, 0, 0).await;
+    c.s.write_all(&[0u8; 28]).await.unwrap();
+    assert_eq!(c.simple(0).await.cookie, 1);
+    assert!(matches!(
+        c.closed().await,
+        Err(NbdError::Protocol(ProtoError::BadMagic(0)))
+    ));
+}
+
+#[tokio::test]
+async fn hang_up_mid_write_leaves_device_unchanged() {
+    let (server, dev) = mem_server();
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    c.request(CMD_WRITE, 0, 1, 4096, 8192).await;
+    c.s.write_all(&[0xee; 5000]).await.unwrap();
+    c.s.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let Client { s, srv } = c;
+    drop(s);
+    assert!(matches!(srv.await.unwrap(), Err(NbdError::HungUp)));
+    assert!(dev_bytes(&*dev).iter().all(|&b| b == 0));
+    // Hanging up inside a request header is a hang-up too.
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    c.s.write_all(&REQUEST_MAGIC.to_be_bytes()).await.unwrap();
+    let Client { s, srv } = c;
+    drop(s);
+    assert!(matches!(srv.await.unwrap(), Err(NbdError::HungUp)));
+}
+
+#[tokio::test]
+async fn fua_flush_trim_zeroes_cache() {
+    let rec = Arc::new(Recorder::new(SIZE));
+    let server = server_with(vec![export("disk", rec.clone())], ServerConfig::default());
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    c.write(1, 0, &[0xffu8; 8192], CMD_FLAG_FUA).await;
+    c.write(2, 8192, &[0xffu8; 8192], 0).await;
+    c.request(CMD_FLUSH, 0, 3, 0, 0).await;
+    c.request(CMD_TRIM, CMD_FLAG_FUA, 4, 0, 4096).await;
+    c.request(
+        CMD_WRITE_ZEROES,
+        CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
+        5,
+        8192,
+        100,
+    )
+    .await;
+    c.request(CMD_WRITE_ZEROES, 0, 6, 9000, 100).await;
+    c.request(CMD_CACHE, 0, 7, 0, 65536).await;
+    for cookie in 1..=7 {
+        let r = c.simple(0).await;
+        assert_eq!((r.error, r.cookie), (0, cookie));
+    }
+    assert_eq!(
+        rec.take_log(),
+        vec![
+            "write 0 8192 fua=true",
+            "write 8192 8192 fua=false",
+            "flush",
+            "trim 0 4096",
+            "zero 8192 100 fua=true",
+            "zero 9000 100 fua=false",
+        ]
+    );
+    let b = dev_bytes(&*rec);
+    assert!(b[..4096].iter().all(|&x| x == 0), "trimmed");
+    assert!(b[4096..8192].iter().all(|&x| x == 0xff));
+    assert!(b[8192..8292].iter().all(|&x| x == 0), "zeroed");
+    assert!(b[8292..9000].iter().all(|&x| x == 0xff));
+    assert!(b[9000..9100].iter().all(|&x| x == 0), "zeroed");
+    assert!(b[9100..16384].iter().all(|&x| x == 0xff));
+    assert!(c.disconnect().await.is_ok());
+}
+
+#[tokio::test]
+async fn read_only_export_refuses_writes_with_eperm() {
+    let mut rec = Recorder::new(SIZE);
+    rec.read_only = true;
+    let rec = Arc::new(rec);
+    let server = server_with(vec![export("disk", rec.clone())], ServerConfig::default());
+    let (mut c, _, flags) = Client::go(&server, "disk", false).await;
+    assert_ne!(flags & TFLAG_READ_ONLY, 0);
+    c.write(1, 0, &[1u8; 512], 0).await;
+    assert_eq!(c.simple(0).await.error, EPERM);
+    c.request(CMD_TRIM, 0, 2, 0, 512).await;
+    assert_eq!(c.simple(0).await.error, EPERM);
+    c.request(CMD_WRITE_ZEROES, 0, 3, 0, 512).await;
+    assert_eq!(c.simple(0).await.error, EPERM);
+    c.request(CMD_READ, 0, 4, 0, 512).await;
+    assert_eq!(c.simple(512).await.error, 0);
+    assert!(rec.take_log().is_empty(), "no write reached the device");
+    assert!(c.disconnect().await.is_ok());
+}
+
+#[tokio::test]
+async fn device_errors_map_to_errno() {
+    for (err, errno) in [
+        (IoError::Media("bad block".into()), EIO),
+        (IoError::NoSpace("full".into()), ENOSPC),
+        (IoError::ReadOnly, EPERM),
+    ] {
+        let server = server_with(
+            vec![export("disk", Arc::new(Failing(err)))],
+            ServerConfig::default(),
+        );
+        let (mut c, _, _) = Client::go(&server, "disk", false).await;
+        c.write(1, 0, &[1u8; 512], 0).await;
+        assert_eq!(c.simple(0).await.error, errno);
+        c.request(CMD_READ, 0, 2, 0, 512).await;
+        assert_eq!(c.simple(512).await.error, errno);
+        c.request(CMD_FLUSH, 0, 3, 0, 0).await;
+        assert_eq!(c.simple(0).await.error, errno);
+        assert!(c.disconnect().await.is_ok());
+    }
+}
+
+#[tokio::test]
+async fn alignment_is_enforced_for_devices_with_a_minimum_block() {
+    let mut rec = Recorder::new(SIZE);
+    rec.sizes = BlockSizes {
+        minimum: 512,
+        preferred: 4096,
+        maximum: 1 << 20,
+    };
+    let rec = Arc::new(rec);
+    let server = server_with(vec![export("disk", rec.clone())], ServerConfig::default());
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    c.write(1, 100, &[1u8; 512], 0).await;
+    assert_eq!(c.simple(0).await.error, EINVAL);
+    c.request(CMD_READ, 0, 2, 512, 100).await;
+    assert_eq!(c.simple(100).await.error, EINVAL);
+    // Over the advertised maximum but within the payload limit.
+    c.request(CMD_READ, 0, 3, 0, (1 << 20) + 512).await;
+    assert_eq!(c.simple(0).await.error, EINVAL);
+    c.write(4, 512, &[1u8; 1024], 0).await;
+    assert_eq!(c.simple(0).await.error, 0);
+    assert_eq!(rec.take_log(), vec!["write 512 1024 fua=false"]);
+    assert!(c.disconnect().await.is_ok());
+}
+
+#[tokio::test]
+async fn structured_replies() {
+    let dev = Arc::new(MemDev::new(SIZE));
+    dev.write(4096, b"structured", false).unwrap();
+    let server = server_with(
+        vec![
+            export("disk", dev.clone()),
+            export("bad", Arc::new(Failing(IoError::Media("x".into())))),
+        ],
+        ServerConfig::default(),
+    );
+    let (mut c, _, flags) = Client::go(&server, "disk", true).await;
+    assert_ne!(flags & TFLAG_SEND_DF, 0);
+    c.request(CMD_READ, CMD_FLAG_DF, 1, 4096, 10).await;
+    let (f, kind, cookie, p) = c.chunk().await;
+    assert_eq!(
+        (f, kind, cookie),
+        (REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, 1)
+    );
+    assert_eq!(u64::from_be_bytes(p[..8].try_into().unwrap()), 4096);
+    assert_eq!(&p[8..], b"structured");
+    // Empty read: a lone NONE chunk.
+    c.request(CMD_READ, 0, 2, 0, 0).await;
+    assert_eq!(
+        c.chunk().await,
+        (REPLY_FLAG_DONE, REPLY_TYPE_NONE, 2, vec![])
+    );
+    // Read error: an error chunk with errno and message.
+    c.request(CMD_READ, 0, 3, SIZE, 1).await;
+    let (f, kind, cookie, p) = c.chunk().await;
+    assert_eq!((f, kind, cookie), (REPLY_FLAG_DONE, REPLY_TYPE_ERROR, 3));
+    assert_eq!(u32::from_be_bytes(p[..4].try_into().unwrap()), EINVAL);
+    let mlen = u16::from_be_bytes(p[4..6].try_into().unwrap()) as usize;
+    assert_eq!(p.len(), 6 + mlen);
+    assert!(mlen > 0);
+    // Successful non-reads still use simple replies.
+    c.write(4, 0, b"x", 0).await;
+    assert_eq!(c.simple(0).await.error, 0);
+    assert!(c.disconnect().await.is_ok());
+
+    let (mut c, _, _) = Client::go(&server, "bad", true).await;
+    c.request(CMD_READ, 0, 5, 0, 512).await;
+    let (_, kind, _, p) = c.chunk().await;
+    assert_eq!(kind, REPLY_TYPE_ERROR);
+    assert_eq!(u32::from_be_bytes(p[..4].try_into().unwrap()), EIO);
+    assert!(c.disconnect().await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_burst_larger_than_the_output_queue() {
+    // 600 reads of 64 KiB (~37 MiB of replies) sent before reading any reply:
+    // the reader must pause at the high-water mark and resume, losing nothing.
+    let (server, dev) = mem_server();
+    for i in 0..16u64 {
+        dev.write(i * 65536, &[i as u8; 65536], false).unwrap();
+    }
+    let (c, _, _) = Client::go(&server, "disk", false).await;
+    let Client { s, srv } = c;
+    let (mut rd, mut wr) = tokio::io::split(s);
+    let sender = tokio::spawn(async move {
+        for i in 0..600u64 {
+            let h = RequestHeader {
+                flags: 0,
+                kind: CMD_READ,
+                cookie: i,
+                offset: (i % 16) * 65536,
+                length: 65536,
+            };
+            wr.write_all(&encode_request(&h)).await.unwrap();
+        }
+        wr
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut buf = vec![0u8; 16 + 65536];
+    for i in 0..600u64 {
+        tokio::time::timeout(T, rd.read_exact(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            u64::from_be_bytes(buf[8..16].try_into().unwrap()),
+            i,
+            "in order"
+        );
+        assert!(buf[16..].iter().all(|&b| b == (i % 16) as u8));
+    }
+    let mut wr = sender.await.unwrap();
+    wr.write_all(&encode_request(&RequestHeader {
+        flags: 0,
+        kind: CMD_DISC,
+        cookie: 0,
+        offset: 0,
+        length: 0,
+    }))
+    .await
+    .unwrap();
+    assert!(srv.await.unwrap().is_ok());
+}
+
+// ---------------------------------------------------------------------------------
+// Emulation mode (paced replies)
+// ---------------------------------------------------------------------------------
+
+fn paced_server(clock: Arc<dyn Clock>, step: u64) -> (Server, Arc<Paced>) {
+    let dev = Arc::new(Paced {
+        inner: MemDev::new(SIZE),
+        clock: clock.clone(),
+        step,
+        calls: AtomicU64::new(0),
+    });
+    let e = Export {
+        name: "disk".into(),
+        description: String::new(),
+        dev: dev.clone(),
+        pace: Some(clock),
+    };
+    (server_with(vec![e], ServerConfig::default()), dev)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paced_replies_leave_out_of_order_and_not_early() {
+    let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+    // Completion = now + offset/4096 * 100 ms.
+    let (server, dev) = paced_server(clock, 100_000_000);
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    let t0 = Instant::now();
+    c.request(CMD_READ, 0, 3, 3 * 4096, 4096).await; // due at 300 ms
+    c.write(2, 2 * 4096, &[2u8; 4096], 0).await; // due at 200 ms
+    c.request(CMD_READ, 0, 0, 0, 4096).await; // due now
+    c.request(CMD_FLUSH, 0, 9, 0, 0).await; // due now
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        let mut h = [0u8; 16];
+        c.s.read_exact(&mut h).await.unwrap();
+        let cookie = u64::from_be_bytes(h[8..16].try_into().unwrap());
+        let elapsed = t0.elapsed();
+        if cookie == 0 || cookie == 3 {
+            let mut d = vec![0u8; 4096];
+            c.s.read_exact(&mut d).await.unwrap();
+        }
+        order.push(cookie);
+        let due = Duration::from_millis(match cookie {
+            3 => 300,
+            2 => 200,
+            _ => 0,
+        });
+        assert!(
+            elapsed >= due,
+            "reply {cookie} after {elapsed:?}, due at {due:?}"
+        );
+    }
+    assert_eq!(
+        &order[2..],
+        &[2, 3],
+        "slow requests answered last, fastest first"
+    );
+    assert_eq!(dev.calls.load(Ordering::SeqCst), 4, "all executed at once");
+    assert!(t0.elapsed() < Duration::from_secs(3));
+    assert!(c.disconnect().await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paced_replies_follow_a_virtual_clock() {
+    let vclock = Arc::new(VirtualClock::new(1_000));
+    // Completion = now + offset/4096 * 50 ms of virtual time.
+    let (server, _) = paced_server(vclock.clone(), 50_000_000);
+    let (mut c, _, _) = Client::go(&server, "disk", true).await;
+    c.request(CMD_READ, 0, 7, 4096, 16).await;
+    c.request(CMD_FLUSH, 0, 8, 0, 0).await;
+    // The flush is due at once and overtakes the read.
+    let r = c.simple(0).await;
+    assert_eq!((r.error, r.cookie), (0, 8));
+    // Real time passes, virtual time does not: the read stays pending.
+    let mut h = [0u8; 1];
+    let early = tokio::time::timeout(Duration::from_millis(300), c.s.read(&mut h)).await;
+    assert!(
+        early.is_err(),
+        "reply sent before the virtual clock reached its completion"
+    );
+    vclock.advance(50_000_000);
+    let (_, kind, cookie, p) = c.chunk().await;
+    assert_eq!((kind, cookie, p.len()), (REPLY_TYPE_OFFSET_DATA, 7, 8 + 16));
+    assert!(c.disconnect().await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disconnect_waits_for_paced_replies() {
+    let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+    let (server, dev) = paced_server(clock, 20_000_000);
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    c.write(1, 10 * 4096, b"late", 0).await; // due in 200 ms
+    c.request(CMD_DISC, 0, 0, 0, 0).await;
+    let r = c.simple(0).await;
+    assert_eq!((r.error, r.cookie), (0, 1));
+    assert!(c.closed().await.is_ok());
+    let mut b = [0u8; 4];
+    dev.read(10 * 4096, &mut b).unwrap();
+    assert_eq!(&b, b"late");
+}
+
+// ---------------------------------------------------------------------------------
+// Server-level
+// ---------------------------------------------------------------------------------
+
+#[test]
+fn connection_future_is_send() {
+    fn assert_send<T: Send>(_: &T) {}
+    let (server, _) = mem_server();
+    let (a, _b) = tokio::io::duplex(64);
+    let fut = server.handle(a);
+    assert_send(&fut);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_unix_shuts_down_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.sock");
+    let (server, dev) = mem_server();
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(async move { server.serve_unix(listener, rx).await });
+    let mut s = tokio::net::UnixStream::connect(&path).await.unwrap();
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).await.unwrap();
+    let mut m = 3u32.to_be_bytes().to_vec();
+    m.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    m.extend_from_slice(&OPT_EXPORT_NAME.to_be_bytes());
+    m.extend_from_slice(&4u32.to_be_bytes());
+    m.extend_from_slice(b"disk");
+    s.write_all(&m).await.unwrap();
+    let mut r = [0u8; 10];
+    s.read_exact(&mut r).await.unwrap();
+    let mut w = encode_request(&RequestHeader {
+        flags: 0,
+        kind: CMD_WRITE,
+        cookie: 5,
+        offset: 0,
+        length: 2,
+    })
+    .to_vec();
+    w.extend_from_slice(b"ok");
+    s.write_all(&w).await.unwrap();
+    let mut h = [0u8; 16];
+    s.read_exact(&mut h).await.unwrap();
+    assert_eq!(h, simple_reply(5, 0));
+    tx.send(true).unwrap();
+    // The server closes the idle connection and returns.
+    let mut rest = Vec::new();
+    tokio::time::timeout(T, s.read_to_end(&mut rest))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(tokio::time::timeout(T, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .is_ok());
+    let mut b = [0u8; 2];
+    dev.read(0, &mut b).unwrap();
+    assert_eq!(&b, b"ok");
+}

@@ -1,0 +1,245 @@
+//! The HTTP/JSON control API.
+//!
+//! A small REST surface over the [`HostManager`]; the CLI client uses nothing else.
+//! Every error is `{"error": "..."}` with a status that says whose fault it is:
+//! 400 bad input, 404 unknown name, 409 conflict, 507 not enough free flash, 500
+//! anything else. Lifecycle calls block (erasing flash takes a while), so they run on
+//! the blocking pool, never on the async workers that serve NBD.
+//!
+//! | route | |
+//! |---|---|
+//! | `GET /v1/info` | daemon mode, NBD socket, API address |
+//! | `GET /v1/devices`, `GET /v1/devices/{name}` | devices, free channels, wear |
+//! | `GET /v1/vssds` | vSSDs |
+//! | `POST /v1/vssds` | create (body: [`control::VssdSpec`]) |
+//! | `GET /v1/vssds/{name}` | one vSSD with its counters |
+//! | `GET /v1/vssds/{name}/stats` | its counters |
+//! | `DELETE /v1/vssds/{name}` | delete (erases its flash) |
+//! | `GET /v1/stats` | every vSSD's and device's counters |
+//! | `GET /metrics` | Prometheus / OpenMetrics text |
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{header, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use control::{Config, ControlError, ErrorKind, HostManager, Mode, VssdInfo, VssdSpec, VssdStats};
+use serde::{Deserialize, Serialize};
+
+/// What `GET /v1/info` reports: where the daemon serves.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Info {
+    /// flexssd version.
+    pub version: String,
+    /// Reply timing.
+    pub mode: Mode,
+    /// Data directory.
+    pub data_dir: String,
+    /// NBD unix socket (absolute).
+    pub nbd_socket: String,
+    /// NBD TCP address, if any.
+    pub nbd_tcp: Option<SocketAddr>,
+    /// HTTP API address.
+    pub api: SocketAddr,
+}
+
+impl Info {
+    /// Describes a daemon running `cfg` with its socket at `sock` and its API on `api`.
+    pub fn new(cfg: &Config, sock: &Path, api: SocketAddr) -> Self {
+        Info {
+            version: env!("CARGO_PKG_VERSION").into(),
+            mode: cfg.mode,
+            data_dir: cfg.data_dir.display().to_string(),
+            nbd_socket: sock.display().to_string(),
+            nbd_tcp: cfg.nbd.tcp,
+            api,
+        }
+    }
+}
+
+/// `GET /v1/vssds/{name}`: the vSSD and, while it is active, its counters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VssdDetail {
+    /// The vSSD.
+    #[serde(flatten)]
+    pub info: VssdInfo,
+    /// Its counters (absent while it is being deleted).
+    pub stats: Option<VssdStats>,
+}
+
+struct AppState {
+    mgr: Arc<HostManager>,
+    info: Info,
+    metrics: prometheus_client::registry::Registry,
+}
+
+type Shared = Arc<AppState>;
+
+/// An error response: `{"error": message}` with a status code.
+pub struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+    }
+}
+
+impl From<ControlError> for ApiError {
+    fn from(e: ControlError) -> Self {
+        let status = match e.kind() {
+            ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::Conflict => StatusCode::CONFLICT,
+            ErrorKind::NoSpace => StatusCode::INSUFFICIENT_STORAGE,
+            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError(status, e.to_string())
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// Runs a blocking manager call on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    st: &Shared,
+    f: impl FnOnce(&HostManager) -> Result<T, ControlError> + Send + 'static,
+) -> ApiResult<T> {
+    let mgr = st.mgr.clone();
+    tokio::task::spawn_blocking(move || f(&mgr))
+        .await
+        .map_err(|e| {
+            ApiError(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("internal error: {e}"),
+            )
+        })?
+        .map_err(ApiError::from)
+}
+
+/// The API's router over `mgr`.
+pub fn router(mgr: Arc<HostManager>, info: Info) -> Router {
+    let mut metrics = prometheus_client::registry::Registry::default();
+    metrics.register_collector(Box::new(crate::metrics::HostCollector::new(mgr.clone())));
+    let state = Arc::new(AppState { mgr, info, metrics });
+    Router::new()
+        .route("/v1/info", get(get_info))
+        .route("/v1/devices", get(list_devices))
+        .route("/v1/devices/:name", get(get_device))
+        .route("/v1/vssds", get(list_vssds).post(create_vssd))
+        .route("/v1/vssds/:name", get(get_vssd).delete(delete_vssd))
+        .route("/v1/vssds/:name/stats", get(get_vssd_stats))
+        .route("/v1/stats", get(get_stats))
+        .route("/metrics", get(get_metrics))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError(
+        StatusCode::NOT_FOUND,
+        format!("no such endpoint: {method} {uri}"),
+    )
+}
+
+async fn get_info(State(st): State<Shared>) -> Json<Info> {
+    Json(st.info.clone())
+}
+
+async fn list_devices(State(st): State<Shared>) -> ApiResult<impl IntoResponse> {
+    Ok(Json(blocking(&st, |m| Ok(m.devices())).await?))
+}
+
+async fn get_device(
+    State(st): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+) -> ApiResult<impl IntoResponse> {
+    Ok(Json(blocking(&st, move |m| m.device(&name)).await?))
+}
+
+async fn list_vssds(State(st): State<Shared>) -> Json<Vec<VssdInfo>> {
+    Json(st.mgr.list())
+}
+
+async fn create_vssd(State(st): State<Shared>, body: Bytes) -> ApiResult<impl IntoResponse> {
+    let spec: VssdSpec = serde_json::from_slice(&body).map_err(|e| {
+        ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("invalid request body: {e}"),
+        )
+    })?;
+    let info = blocking(&st, move |m| m.create_vssd(&spec)).await?;
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, format!("/v1/vssds/{}", info.name))],
+        Json(info),
+    ))
+}
+
+async fn get_vssd(
+    State(st): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+) -> ApiResult<Json<VssdDetail>> {
+    let d = blocking(&st, move |m| {
+        let info = m.get(&name)?;
+        Ok(VssdDetail {
+            info,
+            stats: m.vssd_stats(&name).ok(),
+        })
+    })
+    .await?;
+    Ok(Json(d))
+}
+
+async fn get_vssd_stats(
+    State(st): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+) -> ApiResult<Json<VssdStats>> {
+    Ok(Json(blocking(&st, move |m| m.vssd_stats(&name)).await?))
+}
+
+async fn delete_vssd(
+    State(st): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+) -> ApiResult<impl IntoResponse> {
+    let n = name.clone();
+    blocking(&st, move |m| m.delete_vssd(&n)).await?;
+    Ok(Json(serde_json::json!({ "deleted": name })))
+}
+
+async fn get_stats(State(st): State<Shared>) -> ApiResult<impl IntoResponse> {
+    Ok(Json(blocking(&st, |m| Ok(m.stats())).await?))
+}
+
+async fn get_metrics(State(st): State<Shared>) -> ApiResult<Response> {
+    let st2 = st.clone();
+    let text = tokio::task::spawn_blocking(move || {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &st2.metrics).map(|_| out)
+    })
+    .await
+    .map_err(|e| {
+        ApiError(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal error: {e}"),
+        )
+    })?
+    .map_err(|e| {
+        ApiError(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics: {e}"),
+        )
+    })?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
+}

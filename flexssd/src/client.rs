@@ -1,0 +1,397 @@
+//! The command-line client: each subcommand is one or two calls to the HTTP API.
+//!
+//! Errors come back as one line: the daemon's own message for a refused request, or
+//! how to start the daemon when it cannot be reached.
+
+use anyhow::{anyhow, Result};
+use control::{format_size, DeviceInfo, HostStats, VssdInfo, VssdSpec};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::api::{Info, VssdDetail};
+use crate::{DeviceCmd, VssdCmd};
+
+/// A client of one daemon's API.
+pub struct Client {
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl Client {
+    /// A client of the API at `base` (e.g. `http://127.0.0.1:8740`).
+    pub fn new(base: &str) -> Self {
+        let base = base.trim_end_matches('/');
+        let base = if base.contains("://") {
+            base.to_string()
+        } else {
+            format!("http://{base}")
+        };
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(std::time::Duration::from_secs(5))
+            .timeout(std::time::Duration::from_secs(600))
+            .build();
+        Self { base, agent }
+    }
+
+    fn handle<T: DeserializeOwned>(&self, r: Result<ureq::Response, ureq::Error>) -> Result<T> {
+        match r {
+            Ok(resp) => resp.into_json().map_err(|e| anyhow!("bad response from the daemon at {}: {e}", self.base)),
+            Err(ureq::Error::Status(code, resp)) => {
+                let body = resp.into_string().unwrap_or_default();
+                let msg = serde_json::from_str::<serde_json::Value>(&body)
+                    .ok()
+                    .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
+                    .unwrap_or_else(|| format!("HTTP {code}: {}", body.trim()));
+                Err(anyhow!("{msg}"))
+            }
+            Err(ureq::Error::Transport(t)) => Err(anyhow!(
+                "cannot reach the flexssd daemon at {} ({}); is it running? Start it with `flexssd serve` (or point --api / FLEXSSD_API at it)",
+                self.base,
+                std::error::Error::source(&t)
+                    .map(|e| e.to_string())
+                    .or_else(|| t.message().map(str::to_string))
+                    .unwrap_or_else(|| t.kind().to_string())
+            )),
+        }
+    }
+
+    /// `GET path`, decoded.
+    pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.handle(self.agent.get(&format!("{}{path}", self.base)).call())
+    }
+
+    /// `POST path` with a JSON body, decoded.
+    pub fn post<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> Result<T> {
+        self.handle(
+            self.agent
+                .post(&format!("{}{path}", self.base))
+                .send_json(body),
+        )
+    }
+
+    /// `DELETE path`, decoded.
+    pub fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.handle(self.agent.delete(&format!("{}{path}", self.base)).call())
+    }
+}
+
+/// Prints rows as a left-aligned table with a header.
+fn table(header: &[&str], rows: &[Vec<String>]) {
+    let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let s: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<width$}", width = w[i]))
+            .collect();
+        println!("{}", s.join("  ").trim_end());
+    };
+    line(header.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+}
+
+fn json<T: Serialize>(v: &T) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn channels(ch: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ch.len() {
+        let mut j = i;
+        while j + 1 < ch.len() && ch[j + 1] == ch[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            ch[i].to_string()
+        } else {
+            format!("{}-{}", ch[i], ch[j])
+        });
+        i = j + 1;
+    }
+    if out.is_empty() {
+        "-".into()
+    } else {
+        out.join(",")
+    }
+}
+
+fn gc_name(gc: ftl::GcPolicyKind) -> &'static str {
+    match gc {
+        ftl::GcPolicyKind::Greedy => "greedy",
+        ftl::GcPolicyKind::CostBenefit => "cost-benefit",
+    }
+}
+
+fn state_name(s: control::VssdState) -> &'static str {
+    match s {
+        control::VssdState::Creating => "creating",
+        control::VssdState::Active => "active",
+        control::VssdState::Deleting => "deleting",
+    }
+}
+
+fn blocks_of(v: &VssdInfo) -> String {
+    let mut ranges: Vec<String> = v
+        .extents
+        .iter()
+        .map(|e| format!("{}..{}", e.first_block, e.first_block + e.blocks))
+        .collect();
+    ranges.dedup();
+    ranges.join(",")
+}
+
+/// `flexssd vssd ...`
+pub fn vssd(c: &Client, cmd: &VssdCmd) -> Result<()> {
+    match cmd {
+        VssdCmd::Create {
+            name,
+            channels: n,
+            capacity,
+            gc,
+            channel_ids,
+            blocks,
+            device,
+        } => {
+            let spec = VssdSpec {
+                name: name.clone(),
+                device: device.clone(),
+                channels: *n,
+                channel_ids: channel_ids.clone(),
+                blocks: *blocks,
+                capacity: capacity.map(control::ByteSize),
+                gc: gc.unwrap_or_default(),
+            };
+            let v: VssdInfo = c.post("/v1/vssds", &spec)?;
+            println!(
+                "created vSSD {} on {} channels {} ({}), {} GC",
+                v.name,
+                v.device,
+                channels(&v.channels),
+                format_size(v.capacity_bytes),
+                gc_name(v.gc)
+            );
+            if let Ok(info) = c.get::<Info>("/v1/info") {
+                println!("export: nbd+unix:///{}?socket={}", v.name, info.nbd_socket);
+            }
+            Ok(())
+        }
+        VssdCmd::List { json: as_json } => {
+            let list: Vec<VssdInfo> = c.get("/v1/vssds")?;
+            if *as_json {
+                return json(&list);
+            }
+            let rows: Vec<Vec<String>> = list
+                .iter()
+                .map(|v| {
+                    vec![
+                        v.name.clone(),
+                        v.device.clone(),
+                        channels(&v.channels),
+                        blocks_of(v),
+                        format_size(v.capacity_bytes),
+                        gc_name(v.gc).into(),
+                        state_name(v.state).into(),
+                    ]
+                })
+                .collect();
+            table(
+                &[
+                    "NAME", "DEVICE", "CHANNELS", "BLOCKS", "CAPACITY", "GC", "STATE",
+                ],
+                &rows,
+            );
+            Ok(())
+        }
+        VssdCmd::Show {
+            name,
+            json: as_json,
+        } => {
+            let d: VssdDetail = c.get(&format!("/v1/vssds/{name}"))?;
+            if *as_json {
+                return json(&d);
+            }
+            let v = &d.info;
+            println!("name:        {}", v.name);
+            println!("id:          {}", v.id);
+            println!("state:       {}", state_name(v.state));
+            println!("device:      {}", v.device);
+            println!("channels:    {}", channels(&v.channels));
+            println!("blocks:      {} (of each plane)", blocks_of(v));
+            println!(
+                "capacity:    {} ({} bytes)",
+                format_size(v.capacity_bytes),
+                v.capacity_bytes
+            );
+            println!("gc:          {}", gc_name(v.gc));
+            if let Some(s) = &d.stats {
+                println!(
+                    "reads:       {} ({})",
+                    s.io.reads,
+                    format_size(s.io.read_bytes)
+                );
+                println!(
+                    "writes:      {} ({})",
+                    s.io.writes,
+                    format_size(s.io.write_bytes)
+                );
+                println!("flushes:     {}", s.io.flushes);
+                println!(
+                    "trims:       {} ({})",
+                    s.io.trims,
+                    format_size(s.io.trim_bytes)
+                );
+                println!("errors:      {}", s.io.errors);
+                println!("write amp.:  {:.3}", s.write_amplification);
+                println!(
+                    "gc runs:     {} ({} pages moved)",
+                    s.ftl.gc_runs, s.ftl.gc_pages_moved
+                );
+                println!(
+                    "erases:      {} (erase count {}..{})",
+                    s.ftl.block_erases, s.ftl.min_erase_count, s.ftl.max_erase_count
+                );
+                println!(
+                    "blocks:      {} free of {}",
+                    s.ftl.free_blocks, s.ftl.total_blocks
+                );
+                println!("mapped:      {} pages", s.ftl.mapped_pages);
+            }
+            Ok(())
+        }
+        VssdCmd::Delete { name } => {
+            let _: serde_json::Value = c.delete(&format!("/v1/vssds/{name}"))?;
+            println!("deleted vSSD {name} (its flash is erased)");
+            Ok(())
+        }
+    }
+}
+
+fn device_rows(list: &[DeviceInfo]) -> Vec<Vec<String>> {
+    list.iter()
+        .map(|d| {
+            vec![
+                d.name.clone(),
+                match &d.backend {
+                    flash::Backend::Memory => "memory".into(),
+                    flash::Backend::File { path } => path.display().to_string(),
+                },
+                format_size(d.raw_bytes),
+                d.geometry.channels.to_string(),
+                channels(&d.free_channels),
+                if d.vssds.is_empty() {
+                    "-".into()
+                } else {
+                    d.vssds.join(",")
+                },
+                format!(
+                    "{}/{:.2}/{}",
+                    d.erase_count.min, d.erase_count.avg, d.erase_count.max
+                ),
+            ]
+        })
+        .collect()
+}
+
+const DEVICE_HEADER: [&str; 7] = [
+    "NAME",
+    "BACKEND",
+    "RAW",
+    "CHANNELS",
+    "FREE",
+    "VSSDS",
+    "ERASES(min/avg/max)",
+];
+
+/// `flexssd device ...`
+pub fn device(c: &Client, cmd: &DeviceCmd) -> Result<()> {
+    match cmd {
+        DeviceCmd::List { json: as_json } => {
+            let list: Vec<DeviceInfo> = c.get("/v1/devices")?;
+            if *as_json {
+                return json(&list);
+            }
+            table(&DEVICE_HEADER, &device_rows(&list));
+            Ok(())
+        }
+    }
+}
+
+/// `flexssd stats`
+pub fn stats(c: &Client, as_json: bool) -> Result<()> {
+    let s: HostStats = c.get("/v1/stats")?;
+    if as_json {
+        return json(&s);
+    }
+    let rows: Vec<Vec<String>> = s
+        .vssds
+        .iter()
+        .map(|v| {
+            vec![
+                v.name.clone(),
+                v.io.reads.to_string(),
+                v.io.writes.to_string(),
+                format_size(v.io.read_bytes),
+                format_size(v.io.write_bytes),
+                format!("{:.3}", v.write_amplification),
+                v.ftl.gc_runs.to_string(),
+                v.ftl.block_erases.to_string(),
+                format!("{}/{}", v.ftl.free_blocks, v.ftl.total_blocks),
+                v.ftl.mapped_pages.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "VSSD",
+            "READS",
+            "WRITES",
+            "READ",
+            "WRITTEN",
+            "WA",
+            "GC",
+            "ERASES",
+            "FREE/BLOCKS",
+            "MAPPED",
+        ],
+        &rows,
+    );
+    println!();
+    let rows: Vec<Vec<String>> = s
+        .devices
+        .iter()
+        .map(|d| {
+            vec![
+                d.name.clone(),
+                d.stats.page_reads.to_string(),
+                d.stats.page_programs.to_string(),
+                d.stats.block_erases.to_string(),
+                format!(
+                    "{}/{:.2}/{}",
+                    d.erase_count.min, d.erase_count.avg, d.erase_count.max
+                ),
+                channels(&d.free_channels),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "DEVICE",
+            "PAGE READS",
+            "PAGE PROGRAMS",
+            "BLOCK ERASES",
+            "ERASES(min/avg/max)",
+            "FREE CHANNELS",
+        ],
+        &rows,
+    );
+    Ok(())
+}

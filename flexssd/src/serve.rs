@@ -1,0 +1,229 @@
+//! `flexssd serve`: the daemon.
+//!
+//! Startup order matters: the data directory is locked before anything in it is
+//! touched, the host manager recovers every vSSD before a client can connect, and the
+//! listeners are bound before the addresses are announced. Shutdown reverses it: stop
+//! accepting, let the servers drain, then close every vSSD (which checkpoints it).
+
+use std::fs::File;
+use std::io::{IsTerminal, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clock::MonotonicClock;
+use control::{Config, HostManager};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use crate::api;
+use crate::ServeArgs;
+
+/// Loads the configuration and applies the command-line overrides.
+fn load_config(args: &ServeArgs) -> Result<Config> {
+    let mut cfg = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(d) = &args.data_dir {
+        cfg.data_dir = d.clone();
+    }
+    if let Some(m) = args.mode {
+        cfg.mode = m;
+    }
+    if let Some(a) = args.api_listen {
+        cfg.api.listen = a;
+    }
+    if let Some(s) = &args.nbd_socket {
+        cfg.nbd.socket = Some(s.clone());
+    }
+    if let Some(t) = args.nbd_tcp {
+        cfg.nbd.tcp = Some(t);
+    }
+    // Absolute paths: what is logged and recorded does not depend on where the next
+    // start runs from.
+    cfg.data_dir = absolute(&cfg.data_dir);
+    cfg.nbd.socket = Some(absolute(&cfg.nbd_socket()));
+    for d in &mut cfg.devices {
+        d.path = d.path.as_deref().map(absolute);
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Takes an exclusive `flock` on `<data_dir>/flexssd.lock` for the daemon's life, so
+/// that two daemons never manage the same flash.
+fn lock_data_dir(cfg: &Config) -> Result<File> {
+    let path = cfg.lock_path();
+    let mut f = File::options()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening lock file {}", path.display()))?;
+    // SAFETY: flock on a file descriptor we own.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            let holder = holder.trim();
+            bail!(
+                "another flexssd daemon{} is using data directory {} (it holds {})",
+                if holder.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (pid {holder})")
+                },
+                cfg.data_dir.display(),
+                path.display()
+            );
+        }
+        return Err(e).with_context(|| format!("locking {}", path.display()));
+    }
+    f.set_len(0)?;
+    write!(f, "{}", std::process::id())?;
+    Ok(f)
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// Runs the daemon until SIGINT or SIGTERM.
+pub fn run(args: &ServeArgs) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let cfg = load_config(args)?;
+    std::fs::create_dir_all(&cfg.data_dir)
+        .with_context(|| format!("creating data directory {}", cfg.data_dir.display()))?;
+    let _lock = lock_data_dir(&cfg)?;
+    let mgr = Arc::new(
+        HostManager::open(&cfg, Arc::new(MonotonicClock::new()))
+            .with_context(|| format!("starting the host manager on {}", cfg.data_dir.display()))?,
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting tokio")?;
+    let result = rt.block_on(serve(&cfg, mgr.clone()));
+    // Close every vSSD (checkpoint) whatever happened to the servers.
+    let closed = mgr.shutdown();
+    rt.shutdown_timeout(Duration::from_secs(2));
+    let sock = cfg.nbd_socket();
+    let _ = std::fs::remove_file(&sock);
+    result?;
+    closed.context("closing the vSSDs")?;
+    info!("flexssd stopped");
+    Ok(())
+}
+
+async fn serve(cfg: &Config, mgr: Arc<HostManager>) -> Result<()> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+
+    // NBD on the unix socket. We hold the data-dir lock, so a socket file left there
+    // is stale.
+    let sock = cfg.nbd_socket();
+    if sock.exists() {
+        std::fs::remove_file(&sock)
+            .with_context(|| format!("removing stale socket {}", sock.display()))?;
+    }
+    if let Some(dir) = sock.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let unix = UnixListener::bind(&sock)
+        .with_context(|| format!("binding NBD socket {}", sock.display()))?;
+    let tcp = match cfg.nbd.tcp {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding NBD TCP address {addr}"))?,
+        ),
+        None => None,
+    };
+    let api = TcpListener::bind(cfg.api.listen).await.with_context(|| {
+        format!(
+            "binding the HTTP API on {} (is another daemon running?)",
+            cfg.api.listen
+        )
+    })?;
+    let api_addr = api.local_addr()?;
+
+    let registry: Arc<dyn nbd::ExportRegistry> = mgr.clone();
+    let server = Arc::new(nbd::Server::new(registry, nbd::ServerConfig::default()));
+    let mut tasks = tokio::task::JoinSet::new();
+    {
+        let (s, rx) = (server.clone(), stop_rx.clone());
+        tasks.spawn(async move {
+            let r = s.serve_unix(unix, rx).await;
+            info!(result = ?r, "NBD unix server stopped");
+        });
+    }
+    if let Some(l) = tcp {
+        let addr = l.local_addr()?;
+        let (s, rx) = (server.clone(), stop_rx.clone());
+        tasks.spawn(async move {
+            let r = s.serve_tcp(l, rx).await;
+            info!(result = ?r, "NBD TCP server stopped");
+        });
+        info!("NBD listening on tcp {addr}: nbd://{addr}/default");
+    }
+    {
+        let app = api::router(mgr.clone(), api::Info::new(cfg, &sock, api_addr));
+        let mut rx = stop_rx.clone();
+        tasks.spawn(async move {
+            let r = axum::serve(api, app)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = r {
+                error!("HTTP API failed: {e}");
+            }
+        });
+    }
+    info!(mode = %cfg.mode, data_dir = %cfg.data_dir.display(), "flexssd running");
+    info!(
+        "HTTP API listening on http://{api_addr} (try: flexssd --api http://{api_addr} vssd list)"
+    );
+    info!("NBD listening on unix socket {}", sock.display());
+    for (name, _) in nbd::ExportRegistry::list(&*mgr) {
+        println!("nbd+unix:///{name}?socket={}", sock.display());
+    }
+    info!(
+        "inspect an export with: nbdinfo 'nbd+unix:///default?socket={}'",
+        sock.display()
+    );
+
+    wait_for_signal().await?;
+    info!("shutting down");
+    let _ = stop_tx.send(true);
+    let drain = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(10), drain)
+        .await
+        .is_err()
+    {
+        warn!("servers did not stop within 10 s; closing the vSSDs anyway");
+    }
+    Ok(())
+}
+
+async fn wait_for_signal() -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => info!("received SIGTERM"),
+        _ = int.recv() => info!("received SIGINT"),
+    }
+    Ok(())
+}

@@ -1,0 +1,207 @@
+//! Harness for black-box tests: runs the real `flexssd` binary on a private data
+//! directory and drives it with real NBD clients.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Small geometry so tests are fast: 8 channels × 2 dies × 32 blocks × 1 MiB = 512 MiB;
+/// a 4-channel vSSD exports 216 MiB (enough for btrfs).
+pub const SMALL_DEVICE: &str = r#"
+[[devices]]
+name = "ssd0"
+backend = "file"
+[devices.geometry]
+channels = 8
+dies_per_channel = 2
+planes_per_die = 1
+blocks_per_plane = 32
+pages_per_block = 256
+page_size = 4096
+
+[[vssds]]
+name = "default"
+channels = 4
+"#;
+
+/// A running daemon. Killed on drop.
+pub struct Daemon {
+    pub dir: tempfile::TempDir,
+    pub child: Option<Child>,
+    pub api: String,
+    pub sock: PathBuf,
+    pub config: PathBuf,
+}
+
+/// Whether `cmd` is on the PATH.
+pub fn have(cmd: &str) -> bool {
+    Command::new("sh").arg("-c").arg(format!("command -v {cmd}")).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+/// Skips the test (returning from it) with a reason when `cond` is false.
+#[macro_export]
+macro_rules! require {
+    ($cond:expr, $why:expr) => {
+        if !$cond {
+            eprintln!("SKIP {}: {}", module_path!(), $why);
+            return;
+        }
+    };
+}
+
+/// Whether we run as root.
+pub fn is_root() -> bool {
+    // SAFETY: plain libc call with no arguments.
+    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Daemon {
+    /// Starts a daemon whose config is `body` plus data dir, API and socket.
+    pub fn start(body: &str) -> Daemon {
+        let dir = tempfile::Builder::new().prefix("flexssd-test").tempdir().unwrap();
+        let port = free_port();
+        let sock = dir.path().join("nbd.sock");
+        let config = dir.path().join("flexssd.toml");
+        let text = format!(
+            "data_dir = \"{}\"\n{body}\n[api]\nlisten = \"127.0.0.1:{port}\"\n\n[nbd]\nsocket = \"{}\"\n",
+            dir.path().join("data").display(),
+            sock.display()
+        );
+        std::fs::write(&config, text).unwrap();
+        let mut d = Daemon { dir, child: None, api: format!("http://127.0.0.1:{port}"), sock, config };
+        d.spawn();
+        d
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("daemon.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_flexssd"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&self.config)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start flexssd");
+        self.child = Some(child);
+        let t0 = Instant::now();
+        loop {
+            if self.sock.exists() && self.get("/v1/vssds").is_some() {
+                return;
+            }
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("daemon exited with {st}; log:\n{}", self.log());
+            }
+            if t0.elapsed() > Duration::from_secs(60) {
+                panic!("daemon did not come up in 60 s; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    /// GET on the API; None if it fails.
+    pub fn get(&self, path: &str) -> Option<String> {
+        ureq::get(&format!("{}{path}", self.api)).timeout(Duration::from_secs(5)).call().ok()?.into_string().ok()
+    }
+
+    /// The NBD URI of an export.
+    pub fn uri(&self, export: &str) -> String {
+        format!("nbd+unix:///{export}?socket={}", self.sock.display())
+    }
+
+    /// Runs the CLI against this daemon.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_flexssd")).args(args).env("FLEXSSD_API", &self.api).output().unwrap()
+    }
+
+    /// Stops the daemon with SIGTERM (clean shutdown) and waits.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+            let t0 = Instant::now();
+            while c.try_wait().unwrap().is_none() {
+                if t0.elapsed() > Duration::from_secs(30) {
+                    let _ = c.kill();
+                    panic!("daemon ignored SIGTERM for 30 s");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// Kills the daemon with SIGKILL (a crash).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Starts the daemon again on the same data directory.
+    pub fn restart(&mut self) {
+        let _ = std::fs::remove_file(&self.sock);
+        self.spawn();
+    }
+
+    /// Data directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs a command with a time limit; panics with its output if it fails.
+pub fn run(cmd: &str, args: &[&str]) -> Output {
+    let out = Command::new("timeout").arg("300").arg(cmd).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Like [`run`] but returns the output whatever the status.
+pub fn run_any(cmd: &str, args: &[&str]) -> Output {
+    Command::new("timeout").arg("300").arg(cmd).args(args).output().unwrap()
+}
+
+/// A deterministic pseudo-random file of `len` bytes.
+pub fn random_file(path: &Path, len: usize, seed: u64) {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(len);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    std::fs::write(path, v).unwrap();
+}
+
+/// The system Python with libnbd's bindings (nbdsh's engine), if present.
+pub fn nbd_python() -> Option<&'static str> {
+    let ok = Command::new("/usr/bin/python3").args(["-c", "import nbd"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    ok.then_some("/usr/bin/python3")
+}
