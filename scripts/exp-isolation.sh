@@ -36,11 +36,11 @@ channel_ids = [8, 9]
 [[vssds]]
 name = "victim"
 channel_ids = [10, 11, 12, 13]
-blocks = { start = 0, end = 32 }
+blocks = "0..32"
 [[vssds]]
 name = "shared"
 channel_ids = [10, 11, 12, 13]
-blocks = { start = 32, end = 64 }
+blocks = "32..64"
 [[vssds]]
 name = "other"
 channel_ids = [14, 15]'

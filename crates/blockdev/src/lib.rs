@@ -62,9 +62,9 @@ impl IoError {
     pub fn errno(&self) -> u32 {
         match self {
             IoError::OutOfRange { .. } | IoError::Invalid(_) => 22, // EINVAL
-            IoError::NoSpace(_) => 28,                               // ENOSPC
-            IoError::ReadOnly => 1,                                  // EPERM
-            IoError::Gone(_) | IoError::Media(_) => 5,               // EIO
+            IoError::NoSpace(_) => 28,                              // ENOSPC
+            IoError::ReadOnly => 1,                                 // EPERM
+            IoError::Gone(_) | IoError::Media(_) => 5,              // EIO
         }
     }
 }
@@ -85,7 +85,11 @@ pub struct BlockSizes {
 
 impl Default for BlockSizes {
     fn default() -> Self {
-        Self { minimum: 1, preferred: 4096, maximum: 32 * 1024 * 1024 }
+        Self {
+            minimum: 1,
+            preferred: 4096,
+            maximum: 32 * 1024 * 1024,
+        }
     }
 }
 
@@ -171,7 +175,15 @@ mod tests {
     #[test]
     fn errno_mapping() {
         assert_eq!(IoError::NoSpace("x".into()).errno(), 28);
-        assert_eq!(IoError::OutOfRange { offset: 0, len: 1, size: 0 }.errno(), 22);
+        assert_eq!(
+            IoError::OutOfRange {
+                offset: 0,
+                len: 1,
+                size: 0
+            }
+            .errno(),
+            22
+        );
         assert_eq!(IoError::Media("x".into()).errno(), 5);
     }
 }

@@ -18,7 +18,10 @@ impl MemDev {
     /// A zero-filled device of `size` bytes.
     pub fn new(size: u64) -> Self {
         let n = size.div_ceil(CHUNK as u64) as usize;
-        Self { size, chunks: RwLock::new((0..n).map(|_| None).collect()) }
+        Self {
+            size,
+            chunks: RwLock::new((0..n).map(|_| None).collect()),
+        }
     }
 
     fn zero_range(&self, offset: u64, len: u64) {

@@ -91,11 +91,16 @@ impl Layer for StatsLayer {
     fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
         let n = buf.len() as u64;
         let r = self.inner.read(offset, buf);
-        self.stats.count(r, &self.stats.reads, Some((&self.stats.read_bytes, n)))
+        self.stats
+            .count(r, &self.stats.reads, Some((&self.stats.read_bytes, n)))
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
         let r = self.inner.write(offset, data, fua);
-        self.stats.count(r, &self.stats.writes, Some((&self.stats.write_bytes, data.len() as u64)))
+        self.stats.count(
+            r,
+            &self.stats.writes,
+            Some((&self.stats.write_bytes, data.len() as u64)),
+        )
     }
     fn flush(&self) -> IoResult {
         let r = self.inner.flush();
@@ -103,11 +108,13 @@ impl Layer for StatsLayer {
     }
     fn trim(&self, offset: u64, len: u64) -> IoResult {
         let r = self.inner.trim(offset, len);
-        self.stats.count(r, &self.stats.trims, Some((&self.stats.trim_bytes, len)))
+        self.stats
+            .count(r, &self.stats.trims, Some((&self.stats.trim_bytes, len)))
     }
     fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
         let r = self.inner.write_zeroes(offset, len, fua);
-        self.stats.count(r, &self.stats.writes, Some((&self.stats.write_bytes, len)))
+        self.stats
+            .count(r, &self.stats.writes, Some((&self.stats.write_bytes, len)))
     }
 }
 
@@ -126,7 +133,10 @@ mod tests {
         assert!(dev.read(8000, &mut b).is_err());
         dev.trim(0, 4096).unwrap();
         let s = stats.snapshot();
-        assert_eq!((s.reads, s.read_bytes, s.writes, s.write_bytes), (1, 512, 1, 4096));
+        assert_eq!(
+            (s.reads, s.read_bytes, s.writes, s.write_bytes),
+            (1, 512, 1, 4096)
+        );
         assert_eq!((s.trims, s.trim_bytes, s.errors), (1, 4096, 1));
     }
 }

@@ -41,7 +41,9 @@ pub struct MonotonicClock {
 impl MonotonicClock {
     /// A clock whose epoch is the moment of this call.
     pub fn new() -> Self {
-        Self { start: Instant::now() }
+        Self {
+            start: Instant::now(),
+        }
     }
 }
 
@@ -67,7 +69,9 @@ pub struct VirtualClock {
 impl VirtualClock {
     /// A virtual clock standing at `t`.
     pub fn new(t: Nanos) -> Self {
-        Self { now: AtomicU64::new(t) }
+        Self {
+            now: AtomicU64::new(t),
+        }
     }
 
     /// Moves the clock forward by `d` and returns the new time.

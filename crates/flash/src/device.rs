@@ -45,7 +45,9 @@ impl Bus {
     }
 
     fn free_at(&self) -> Nanos {
-        self.busy.back().map_or(self.floor, |&(_, e)| e.max(self.floor))
+        self.busy
+            .back()
+            .map_or(self.floor, |&(_, e)| e.max(self.floor))
     }
 }
 
@@ -82,7 +84,10 @@ pub struct FlashDevice {
 
 impl std::fmt::Debug for FlashDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FlashDevice").field("geometry", &self.geo).field("timing", &self.timing).finish()
+        f.debug_struct("FlashDevice")
+            .field("geometry", &self.geo)
+            .field("timing", &self.timing)
+            .finish()
     }
 }
 
@@ -141,7 +146,11 @@ impl FlashDevice {
     fn locate(&self, b: BlockId) -> (usize, usize, usize) {
         let ch = self.geo.channel_of(b) as usize;
         let pu = self.geo.pu_of(b);
-        (ch, pu.die as usize, (b - ch as u32 * self.geo.blocks_per_channel()) as usize)
+        (
+            ch,
+            pu.die as usize,
+            (b - ch as u32 * self.geo.blocks_per_channel()) as usize,
+        )
     }
 
     /// Reads `buf.len()` bytes starting `offset` bytes into page `p`, issued at `now`;
@@ -150,7 +159,10 @@ impl FlashDevice {
         self.geo.check_page(p)?;
         let ps = self.geo.page_size as usize;
         if offset + buf.len() > ps {
-            return Err(FlashError::BadLength { expected: ps - offset.min(ps), got: buf.len() });
+            return Err(FlashError::BadLength {
+                expected: ps - offset.min(ps),
+                got: buf.len(),
+            });
         }
         let (b, pg) = self.geo.split(p);
         let (ch, die, bi) = self.locate(b);
@@ -159,11 +171,19 @@ impl FlashDevice {
             return Err(FlashError::ReadErased { block: b, page: pg });
         }
         // SAFETY: page is in range; we hold its channel lock.
-        unsafe { std::ptr::copy_nonoverlapping(self.store.page_ptr(p).add(offset), buf.as_mut_ptr(), buf.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.store.page_ptr(p).add(offset),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
         let start = now.max(c.die_free[die]);
         let sensed = start + self.timing.read_ns;
         c.die_free[die] = sensed;
-        let done = c.bus.reserve(sensed, self.timing.transfer_ns(buf.len() as u64), now);
+        let done = c
+            .bus
+            .reserve(sensed, self.timing.transfer_ns(buf.len() as u64), now);
         // The die holds the data in its register until the transfer is done.
         c.die_free[die] = done;
         self.reads.fetch_add(1, Relaxed);
@@ -176,7 +196,10 @@ impl FlashDevice {
         self.geo.check_page(p)?;
         let ps = self.geo.page_size as usize;
         if data.len() != ps {
-            return Err(FlashError::BadLength { expected: ps, got: data.len() });
+            return Err(FlashError::BadLength {
+                expected: ps,
+                got: data.len(),
+            });
         }
         let (b, pg) = self.geo.split(p);
         let (ch, die, bi) = self.locate(b);
@@ -186,7 +209,11 @@ impl FlashDevice {
             return Err(FlashError::BlockFull { block: b });
         }
         if pg != next {
-            return Err(FlashError::ProgramOutOfOrder { block: b, page: pg, next });
+            return Err(FlashError::ProgramOutOfOrder {
+                block: b,
+                page: pg,
+                next,
+            });
         }
         // Data first, then the OOB record: a page whose record is present is complete.
         // SAFETY: page in range; channel lock held.
@@ -194,7 +221,9 @@ impl FlashDevice {
         self.store.set_oob(p, &oob.encode());
         c.write_ptr[bi] = next + 1;
         let ready = now.max(c.die_free[die]);
-        let loaded = c.bus.reserve(ready, self.timing.transfer_ns(ps as u64), now);
+        let loaded = c
+            .bus
+            .reserve(ready, self.timing.transfer_ns(ps as u64), now);
         c.die_free[die] = loaded + self.timing.program_ns;
         self.programs.fetch_add(1, Relaxed);
         Ok(c.die_free[die])
@@ -256,7 +285,12 @@ impl FlashDevice {
     /// When channel `ch`'s bus and busiest die are next free (for tests and metrics).
     pub fn channel_busy_until(&self, ch: u32) -> Nanos {
         let c = self.channels[ch as usize].lock();
-        c.die_free.iter().copied().max().unwrap_or(0).max(c.bus.free_at())
+        c.die_free
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .max(c.bus.free_at())
     }
 }
 
@@ -266,15 +300,30 @@ mod tests {
     use crate::OobKind;
 
     fn small() -> Geometry {
-        Geometry { channels: 2, dies_per_channel: 2, planes_per_die: 1, blocks_per_plane: 4, pages_per_block: 8, page_size: 4096 }
+        Geometry {
+            channels: 2,
+            dies_per_channel: 2,
+            planes_per_die: 1,
+            blocks_per_plane: 4,
+            pages_per_block: 8,
+            page_size: 4096,
+        }
     }
 
     #[test]
     fn bus_uses_gaps_and_stays_bounded() {
         let mut b = Bus::default();
         assert_eq!(b.reserve(100, 10, 0), 110);
-        assert_eq!(b.reserve(0, 10, 0), 10, "a transfer ready earlier fits before");
-        assert_eq!(b.reserve(0, 95, 0), 205, "too long for the gaps: after the last");
+        assert_eq!(
+            b.reserve(0, 10, 0),
+            10,
+            "a transfer ready earlier fits before"
+        );
+        assert_eq!(
+            b.reserve(0, 95, 0),
+            205,
+            "too long for the gaps: after the last"
+        );
         for i in 0..1000 {
             b.reserve(i * 7, 5, 0);
         }
@@ -285,7 +334,12 @@ mod tests {
     }
 
     fn rec(lba: u64, seq: u64) -> Oob {
-        Oob { owner: 1, kind: OobKind::Data, lba, seq }
+        Oob {
+            owner: 1,
+            kind: OobKind::Data,
+            lba,
+            seq,
+        }
     }
 
     #[test]
@@ -293,10 +347,19 @@ mod tests {
         let d = FlashDevice::memory(small(), Timing::default()).unwrap();
         let page = vec![7u8; 4096];
         let mut buf = vec![0u8; 4096];
-        assert!(matches!(d.read(0, 0, &mut buf, 0), Err(FlashError::ReadErased { .. })));
-        assert!(matches!(d.program(1, &page, &rec(0, 1), 0), Err(FlashError::ProgramOutOfOrder { next: 0, .. })));
+        assert!(matches!(
+            d.read(0, 0, &mut buf, 0),
+            Err(FlashError::ReadErased { .. })
+        ));
+        assert!(matches!(
+            d.program(1, &page, &rec(0, 1), 0),
+            Err(FlashError::ProgramOutOfOrder { next: 0, .. })
+        ));
         d.program(0, &page, &rec(0, 1), 0).unwrap();
-        assert!(matches!(d.program(0, &page, &rec(0, 2), 0), Err(FlashError::ProgramOutOfOrder { next: 1, .. })));
+        assert!(matches!(
+            d.program(0, &page, &rec(0, 2), 0),
+            Err(FlashError::ProgramOutOfOrder { next: 1, .. })
+        ));
         for p in 1..8 {
             d.program(p, &page, &rec(p, p + 1), 0).unwrap();
         }
@@ -304,7 +367,10 @@ mod tests {
         d.program(8, &page, &rec(9, 9), 0).unwrap();
         let b0 = 0;
         assert_eq!(d.write_ptr(b0), 8);
-        assert!(matches!(d.program(0, &page, &rec(0, 3), 0), Err(FlashError::BlockFull { .. })));
+        assert!(matches!(
+            d.program(0, &page, &rec(0, 3), 0),
+            Err(FlashError::BlockFull { .. })
+        ));
         d.read(3, 0, &mut buf, 0).unwrap();
         assert_eq!(buf, page);
         assert_eq!(d.oob(3), Some(rec(3, 4)));
@@ -312,7 +378,10 @@ mod tests {
         assert_eq!(d.erase_count(b0), 1);
         assert_eq!(d.write_ptr(b0), 0);
         assert_eq!(d.oob(3), None);
-        assert!(matches!(d.read(3, 0, &mut buf, 0), Err(FlashError::ReadErased { .. })));
+        assert!(matches!(
+            d.read(3, 0, &mut buf, 0),
+            Err(FlashError::ReadErased { .. })
+        ));
         d.program(0, &page, &rec(0, 10), 0).unwrap();
         assert!(d.program(0, &page[..100], &rec(0, 1), 0).is_err());
         assert!(d.read(u64::MAX, 0, &mut buf, 0).is_err());
@@ -332,7 +401,12 @@ mod tests {
 
     #[test]
     fn reads_queue_behind_programs_on_the_same_die_only() {
-        let t = Timing { read_ns: 50_000, program_ns: 1_000_000, erase_ns: 3_000_000, channel_mbps: 400 };
+        let t = Timing {
+            read_ns: 50_000,
+            program_ns: 1_000_000,
+            erase_ns: 3_000_000,
+            channel_mbps: 400,
+        };
         let g = small();
         let d = FlashDevice::memory(g, t).unwrap();
         let page = vec![1u8; 4096];
@@ -348,9 +422,15 @@ mod tests {
         // Start a program on channel 0 die 0, then read from the same die and another die.
         let done_prog = d.program(1, &page, &rec(1, 2), now).unwrap();
         let same_die = d.read(0, 0, &mut buf, now).unwrap();
-        assert!(same_die >= done_prog + t.read_ns, "a read must wait for the program on its die");
+        assert!(
+            same_die >= done_prog + t.read_ns,
+            "a read must wait for the program on its die"
+        );
         let other_die = d.read(g.first_page(b_die1), 0, &mut buf, now).unwrap() - now;
-        assert!(other_die < 2 * idle, "another die only shares the bus: {other_die} vs idle {idle}");
+        assert!(
+            other_die < 2 * idle,
+            "another die only shares the bus: {other_die} vs idle {idle}"
+        );
         let other_ch = d.read(g.first_page(b_ch1), 0, &mut buf, now).unwrap() - now;
         assert!(other_ch <= idle * 2);
     }
@@ -358,12 +438,15 @@ mod tests {
     #[test]
     fn file_backend_survives_reopen_and_rebuilds_write_pointers() {
         let dir = tempfile::tempdir().unwrap();
-        let backend = Backend::File { path: dir.path().join("dev") };
+        let backend = Backend::File {
+            path: dir.path().join("dev"),
+        };
         let g = small();
         {
             let d = FlashDevice::open(&backend, g, Timing::default()).unwrap();
             for p in 0..3 {
-                d.program(p, &vec![p as u8 + 1; 4096], &rec(p, p + 1), 0).unwrap();
+                d.program(p, &vec![p as u8 + 1; 4096], &rec(p, p + 1), 0)
+                    .unwrap();
             }
             d.erase(1, 0).unwrap();
             // dropped without sync: like a kill -9, the page cache keeps the bytes
@@ -377,7 +460,10 @@ mod tests {
         assert_eq!(d.oob(2), Some(rec(2, 3)));
         d.program(3, &vec![9; 4096], &rec(3, 4), 0).unwrap();
 
-        let other = Geometry { blocks_per_plane: 5, ..g };
+        let other = Geometry {
+            blocks_per_plane: 5,
+            ..g
+        };
         let err = FlashDevice::open(&backend, other, Timing::default()).unwrap_err();
         assert!(err.to_string().contains("another geometry"), "{err}");
     }

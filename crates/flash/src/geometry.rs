@@ -66,14 +66,20 @@ impl Geometry {
         {
             return bad(format!("every dimension must be at least 1: {self:?}"));
         }
-        if self.page_size < 512 || self.page_size % 512 != 0 || self.page_size > 1 << 20 {
-            return bad(format!("page_size {} must be a multiple of 512 up to 1 MiB", self.page_size));
+        if self.page_size < 512 || !self.page_size.is_multiple_of(512) || self.page_size > 1 << 20 {
+            return bad(format!(
+                "page_size {} must be a multiple of 512 up to 1 MiB",
+                self.page_size
+            ));
         }
         if self.total_blocks_u64() > u32::MAX as u64 / 2 {
             return bad("too many blocks".into());
         }
         if self.total_bytes() > 1 << 46 {
-            return bad(format!("{} bytes is more than the 64 TiB this emulator supports", self.total_bytes()));
+            return bad(format!(
+                "{} bytes is more than the 64 TiB this emulator supports",
+                self.total_bytes()
+            ));
         }
         Ok(())
     }
@@ -122,7 +128,8 @@ impl Geometry {
 
     /// The block at `(channel, die, plane, block-in-plane)`.
     pub fn block_id(&self, channel: u32, die: u32, plane: u32, block: u32) -> BlockId {
-        ((channel * self.dies_per_channel + die) * self.planes_per_die + plane) * self.blocks_per_plane
+        ((channel * self.dies_per_channel + die) * self.planes_per_die + plane)
+            * self.blocks_per_plane
             + block
     }
 
@@ -135,7 +142,10 @@ impl Geometry {
     pub fn pu_of(&self, b: BlockId) -> Pu {
         let per_die = self.blocks_per_die();
         let d = b / per_die;
-        Pu { channel: d / self.dies_per_channel, die: d % self.dies_per_channel }
+        Pu {
+            channel: d / self.dies_per_channel,
+            die: d % self.dies_per_channel,
+        }
     }
 
     /// The block's index within its plane.
@@ -150,13 +160,20 @@ impl Geometry {
 
     /// Splits a page id into (block, page within block).
     pub fn split(&self, p: PageId) -> (BlockId, u32) {
-        ((p / self.pages_per_block as u64) as BlockId, (p % self.pages_per_block as u64) as u32)
+        (
+            (p / self.pages_per_block as u64) as BlockId,
+            (p % self.pages_per_block as u64) as u32,
+        )
     }
 
     /// Checks a block id.
     pub fn check_block(&self, b: BlockId) -> Result<()> {
         if b >= self.total_blocks() {
-            return Err(FlashError::OutOfRange { what: "block", value: b as u64, max: self.total_blocks() as u64 });
+            return Err(FlashError::OutOfRange {
+                what: "block",
+                value: b as u64,
+                max: self.total_blocks() as u64,
+            });
         }
         Ok(())
     }
@@ -164,7 +181,11 @@ impl Geometry {
     /// Checks a page id.
     pub fn check_page(&self, p: PageId) -> Result<()> {
         if p >= self.total_pages() {
-            return Err(FlashError::OutOfRange { what: "page", value: p, max: self.total_pages() });
+            return Err(FlashError::OutOfRange {
+                what: "page",
+                value: p,
+                max: self.total_pages(),
+            });
         }
         Ok(())
     }
@@ -185,7 +206,13 @@ mod tests {
 
     #[test]
     fn addresses_round_trip() {
-        let g = Geometry { channels: 3, dies_per_channel: 2, planes_per_die: 2, blocks_per_plane: 5, ..Default::default() };
+        let g = Geometry {
+            channels: 3,
+            dies_per_channel: 2,
+            planes_per_die: 2,
+            blocks_per_plane: 5,
+            ..Default::default()
+        };
         for ch in 0..3 {
             for die in 0..2 {
                 for pl in 0..2 {
@@ -205,7 +232,17 @@ mod tests {
 
     #[test]
     fn rejects_bad_geometry() {
-        assert!(Geometry { channels: 0, ..Default::default() }.validate().is_err());
-        assert!(Geometry { page_size: 1000, ..Default::default() }.validate().is_err());
+        assert!(Geometry {
+            channels: 0,
+            ..Default::default()
+        }
+        .validate()
+        .is_err());
+        assert!(Geometry {
+            page_size: 1000,
+            ..Default::default()
+        }
+        .validate()
+        .is_err());
     }
 }

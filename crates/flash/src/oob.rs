@@ -71,7 +71,10 @@ impl Oob {
 
     /// Parses a record that must be present.
     pub fn decode_required(b: &[u8]) -> Result<Oob> {
-        Oob::decode(b).ok_or(FlashError::BadLength { expected: OOB_SIZE, got: b.len() })
+        Oob::decode(b).ok_or(FlashError::BadLength {
+            expected: OOB_SIZE,
+            got: b.len(),
+        })
     }
 }
 
@@ -81,7 +84,12 @@ mod tests {
 
     #[test]
     fn round_trip_and_torn_records() {
-        let o = Oob { owner: 7, kind: OobKind::Trim, lba: 1 << 40, seq: 99 };
+        let o = Oob {
+            owner: 7,
+            kind: OobKind::Trim,
+            lba: 1 << 40,
+            seq: 99,
+        };
         let mut b = o.encode();
         assert_eq!(Oob::decode(&b), Some(o));
         b[10] ^= 1;

@@ -82,14 +82,37 @@ impl Store {
             Backend::Memory => {
                 let data = MmapRaw::from(MmapOptions::new().len(data_len).map_anon()?);
                 let meta = MmapRaw::from(MmapOptions::new().len(meta_len).map_anon()?);
-                Ok((Store { geo, data, meta, data_file: None, erase_off, oob_off }, true))
+                Ok((
+                    Store {
+                        geo,
+                        data,
+                        meta,
+                        data_file: None,
+                        erase_off,
+                        oob_off,
+                    },
+                    true,
+                ))
             }
             Backend::File { path } => {
                 let meta_path = meta_path(path);
                 let fresh = !meta_path.exists();
-                let bad = |reason: String| FlashError::BadDeviceFile { path: meta_path.display().to_string(), reason };
-                let meta_file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&meta_path)?;
-                let data_file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+                let bad = |reason: String| FlashError::BadDeviceFile {
+                    path: meta_path.display().to_string(),
+                    reason,
+                };
+                let meta_file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&meta_path)?;
+                let data_file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(path)?;
                 let want = Self::header(&geo);
                 if fresh || meta_file.metadata()?.len() == 0 {
                     meta_file.set_len(meta_len as u64)?;
@@ -100,7 +123,9 @@ impl Store {
                 } else {
                     use std::os::unix::fs::FileExt;
                     let mut got = vec![0u8; want.len()];
-                    meta_file.read_exact_at(&mut got, 0).map_err(|e| bad(format!("cannot read header: {e}")))?;
+                    meta_file
+                        .read_exact_at(&mut got, 0)
+                        .map_err(|e| bad(format!("cannot read header: {e}")))?;
                     if &got[..8] != FILE_MAGIC {
                         return Err(bad("not a flexssd device metadata file".into()));
                     }
@@ -111,13 +136,27 @@ impl Store {
                             &want[8..]
                         )));
                     }
-                    if meta_file.metadata()?.len() < meta_len as u64 || data_file.metadata()?.len() < data_len as u64 {
-                        return Err(bad("file is shorter than its geometry needs (truncated?)".into()));
+                    if meta_file.metadata()?.len() < meta_len as u64
+                        || data_file.metadata()?.len() < data_len as u64
+                    {
+                        return Err(bad(
+                            "file is shorter than its geometry needs (truncated?)".into()
+                        ));
                     }
                 }
                 let meta = MmapOptions::new().len(meta_len).map_raw(&meta_file)?;
                 let data = MmapOptions::new().len(data_len).map_raw(&data_file)?;
-                Ok((Store { geo, data, meta, data_file: Some(data_file), erase_off, oob_off }, fresh))
+                Ok((
+                    Store {
+                        geo,
+                        data,
+                        meta,
+                        data_file: Some(data_file),
+                        erase_off,
+                        oob_off,
+                    },
+                    fresh,
+                ))
             }
         }
     }
@@ -126,7 +165,11 @@ impl Store {
     pub(crate) fn page_ptr(&self, p: PageId) -> *mut u8 {
         debug_assert!(p < self.geo.total_pages());
         // SAFETY: in bounds by the check above (callers validate page ids).
-        unsafe { self.data.as_mut_ptr().add(p as usize * self.geo.page_size as usize) }
+        unsafe {
+            self.data
+                .as_mut_ptr()
+                .add(p as usize * self.geo.page_size as usize)
+        }
     }
 
     pub(crate) fn oob(&self, p: PageId) -> &[u8] {
@@ -138,7 +181,9 @@ impl Store {
     pub(crate) fn set_oob(&self, p: PageId, rec: &[u8; OOB_SIZE]) {
         let off = self.oob_off + p as usize * OOB_SIZE;
         // SAFETY: in bounds; caller holds the channel lock of the page.
-        unsafe { std::ptr::copy_nonoverlapping(rec.as_ptr(), self.meta.as_mut_ptr().add(off), OOB_SIZE) }
+        unsafe {
+            std::ptr::copy_nonoverlapping(rec.as_ptr(), self.meta.as_mut_ptr().add(off), OOB_SIZE)
+        }
     }
 
     pub(crate) fn erase_count(&self, b: BlockId) -> u32 {
@@ -152,7 +197,13 @@ impl Store {
     fn set_erase_count(&self, b: BlockId, n: u32) {
         let off = self.erase_off + b as usize * 4;
         // SAFETY: in bounds; caller holds the channel lock of the block.
-        unsafe { std::ptr::copy_nonoverlapping(n.to_le_bytes().as_ptr(), self.meta.as_mut_ptr().add(off), 4) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                n.to_le_bytes().as_ptr(),
+                self.meta.as_mut_ptr().add(off),
+                4,
+            )
+        };
     }
 
     /// Erases a block: its data is discarded (hole punched or pages dropped), its OOB
@@ -164,7 +215,7 @@ impl Store {
         let start = first as usize * self.geo.page_size as usize;
         // SAFETY (all three blocks): in-bounds ranges of our own mappings, under the
         // block's channel lock.
-        let page_aligned = start % 4096 == 0 && bytes % 4096 == 0;
+        let page_aligned = start.is_multiple_of(4096) && bytes.is_multiple_of(4096);
         match (&self.data_file, page_aligned) {
             (Some(f), true) => {
                 use std::os::fd::AsRawFd;

@@ -24,7 +24,12 @@ pub struct Timing {
 
 impl Default for Timing {
     fn default() -> Self {
-        Self { read_ns: 40_000, program_ns: 400_000, erase_ns: 3_000_000, channel_mbps: 400 }
+        Self {
+            read_ns: 40_000,
+            program_ns: 400_000,
+            erase_ns: 3_000_000,
+            channel_mbps: 400,
+        }
     }
 }
 
@@ -41,7 +46,10 @@ mod tests {
 
     #[test]
     fn transfer_time() {
-        let t = Timing { channel_mbps: 400, ..Default::default() };
+        let t = Timing {
+            channel_mbps: 400,
+            ..Default::default()
+        };
         assert_eq!(t.transfer_ns(4000), 10_000);
     }
 }

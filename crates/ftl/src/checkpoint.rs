@@ -32,7 +32,8 @@ impl DirCheckpoints {
     /// Keeps checkpoints in `dir` (created if missing).
     pub fn new(dir: impl Into<PathBuf>) -> Result<Self, FtlError> {
         let dir = dir.into();
-        std::fs::create_dir_all(&dir).map_err(|e| FtlError::Checkpoint(format!("create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| FtlError::Checkpoint(format!("create {}: {e}", dir.display())))?;
         Ok(Self { dir })
     }
 
@@ -46,14 +47,19 @@ impl CheckpointStore for DirCheckpoints {
         match std::fs::read(self.path(id)) {
             Ok(b) => Ok(Some(b)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(FtlError::Checkpoint(format!("read {}: {e}", self.path(id).display()))),
+            Err(e) => Err(FtlError::Checkpoint(format!(
+                "read {}: {e}",
+                self.path(id).display()
+            ))),
         }
     }
 
     fn save(&self, id: u32, bytes: &[u8]) -> Result<(), FtlError> {
         let path = self.path(id);
         let tmp = path.with_extension("ckpt.tmp");
-        let err = |what: &str, e: std::io::Error| FtlError::Checkpoint(format!("{what} {}: {e}", tmp.display()));
+        let err = |what: &str, e: std::io::Error| {
+            FtlError::Checkpoint(format!("{what} {}: {e}", tmp.display()))
+        };
         let mut f = std::fs::File::create(&tmp).map_err(|e| err("create", e))?;
         f.write_all(bytes).map_err(|e| err("write", e))?;
         f.sync_all().map_err(|e| err("sync", e))?;
@@ -68,7 +74,10 @@ impl CheckpointStore for DirCheckpoints {
         match std::fs::remove_file(self.path(id)) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(FtlError::Checkpoint(format!("remove {}: {e}", self.path(id).display()))),
+            Err(e) => Err(FtlError::Checkpoint(format!(
+                "remove {}: {e}",
+                self.path(id).display()
+            ))),
         }
     }
 }

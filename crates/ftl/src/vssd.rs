@@ -41,7 +41,11 @@ pub struct Extent {
 impl Extent {
     /// All the blocks of one channel.
     pub fn whole_channel(geo: &Geometry, channel: u32) -> Self {
-        Self { channel, first_block: 0, blocks: geo.blocks_per_plane }
+        Self {
+            channel,
+            first_block: 0,
+            blocks: geo.blocks_per_plane,
+        }
     }
 }
 
@@ -102,7 +106,6 @@ impl FtlStats {
     }
 }
 
-
 /// The largest capacity in bytes a vSSD on `extents` may export: all its flash but
 /// the blocks GC needs to make progress, and at most 95% of it.
 pub fn max_capacity(geo: &Geometry, extents: &[Extent]) -> u64 {
@@ -111,7 +114,8 @@ pub fn max_capacity(geo: &Geometry, extents: &[Extent]) -> u64 {
         * geo.planes_per_die as u64;
     let pus = extents.len() as u64 * geo.dies_per_channel as u64;
     let usable = blocks.saturating_sub(pus * (GC_LOW as u64 + 2));
-    let pages = (usable * geo.pages_per_block as u64).min(blocks * geo.pages_per_block as u64 * 95 / 100);
+    let pages =
+        (usable * geo.pages_per_block as u64).min(blocks * geo.pages_per_block as u64 * 95 / 100);
     pages * geo.page_size as u64
 }
 
@@ -213,7 +217,10 @@ fn validate(geo: &Geometry, cfg: &VssdConfig) -> Result<(), FtlError> {
     }
     for (i, e) in cfg.extents.iter().enumerate() {
         if e.channel >= geo.channels {
-            return bad(format!("channel {} does not exist (device has {})", e.channel, geo.channels));
+            return bad(format!(
+                "channel {} does not exist (device has {})",
+                e.channel, geo.channels
+            ));
         }
         if e.blocks == 0 || e.first_block as u64 + e.blocks as u64 > geo.blocks_per_plane as u64 {
             return bad(format!(
@@ -225,17 +232,26 @@ fn validate(geo: &Geometry, cfg: &VssdConfig) -> Result<(), FtlError> {
             ));
         }
         for o in &cfg.extents[..i] {
-            if o.channel == e.channel && o.first_block < e.first_block + e.blocks && e.first_block < o.first_block + o.blocks {
+            if o.channel == e.channel
+                && o.first_block < e.first_block + e.blocks
+                && e.first_block < o.first_block + o.blocks
+            {
                 return bad(format!("extents overlap on channel {}", e.channel));
             }
         }
     }
     let max = max_capacity(geo, &cfg.extents);
-    if cfg.capacity_bytes == 0 || cfg.capacity_bytes % geo.page_size as u64 != 0 {
-        return bad(format!("capacity {} must be a positive multiple of the {}-byte page", cfg.capacity_bytes, geo.page_size));
+    if cfg.capacity_bytes == 0 || !cfg.capacity_bytes.is_multiple_of(geo.page_size as u64) {
+        return bad(format!(
+            "capacity {} must be a positive multiple of the {}-byte page",
+            cfg.capacity_bytes, geo.page_size
+        ));
     }
     if cfg.capacity_bytes > max {
-        return bad(format!("capacity {} exceeds the {} bytes its flash can hold with GC headroom", cfg.capacity_bytes, max));
+        return bad(format!(
+            "capacity {} exceeds the {} bytes its flash can hold with GC headroom",
+            cfg.capacity_bytes, max
+        ));
     }
     if cfg.capacity_bytes / geo.page_size as u64 >= TRIM_REC as u64 {
         return bad("too many logical pages".into());
@@ -244,7 +260,12 @@ fn validate(geo: &Geometry, cfg: &VssdConfig) -> Result<(), FtlError> {
 }
 
 impl Vssd {
-    fn build(dev: Arc<FlashDevice>, cfg: VssdConfig, clock: Arc<dyn Clock>, ckpt: Arc<dyn CheckpointStore>) -> Result<Self, FtlError> {
+    fn build(
+        dev: Arc<FlashDevice>,
+        cfg: VssdConfig,
+        clock: Arc<dyn Clock>,
+        ckpt: Arc<dyn CheckpointStore>,
+    ) -> Result<Self, FtlError> {
         let geo = *dev.geometry();
         validate(&geo, &cfg)?;
         let ppb = geo.pages_per_block;
@@ -305,7 +326,12 @@ impl Vssd {
 
     /// Creates a new, empty vSSD. Any block of its extents that still holds data is
     /// erased first, so a tenant never sees a previous owner's bytes.
-    pub fn create(dev: Arc<FlashDevice>, cfg: VssdConfig, clock: Arc<dyn Clock>, ckpt: Arc<dyn CheckpointStore>) -> Result<Arc<Self>, FtlError> {
+    pub fn create(
+        dev: Arc<FlashDevice>,
+        cfg: VssdConfig,
+        clock: Arc<dyn Clock>,
+        ckpt: Arc<dyn CheckpointStore>,
+    ) -> Result<Arc<Self>, FtlError> {
         let v = Self::build(dev, cfg, clock, ckpt)?;
         {
             let mut g = v.inner.lock();
@@ -319,7 +345,9 @@ impl Vssd {
                 }
             }
             for (i, b) in inner.blocks.iter().enumerate() {
-                inner.pus[b.pu as usize].free.insert((b.erase_count, i as u32));
+                inner.pus[b.pu as usize]
+                    .free
+                    .insert((b.erase_count, i as u32));
             }
             v.write_checkpoint(inner)?;
         }
@@ -328,7 +356,12 @@ impl Vssd {
 
     /// Re-opens an existing vSSD after a restart or a crash, rebuilding its mapping
     /// from the last checkpoint and the OOB records.
-    pub fn open(dev: Arc<FlashDevice>, cfg: VssdConfig, clock: Arc<dyn Clock>, ckpt: Arc<dyn CheckpointStore>) -> Result<Arc<Self>, FtlError> {
+    pub fn open(
+        dev: Arc<FlashDevice>,
+        cfg: VssdConfig,
+        clock: Arc<dyn Clock>,
+        ckpt: Arc<dyn CheckpointStore>,
+    ) -> Result<Arc<Self>, FtlError> {
         let v = Self::build(dev, cfg, clock, ckpt)?;
         {
             let mut g = v.inner.lock();
@@ -413,7 +446,10 @@ impl Vssd {
 
     fn check_alive(&self, g: &Inner) -> IoResult<()> {
         if g.gone {
-            return Err(IoError::Gone(format!("vSSD {} has been deleted", self.cfg.name)));
+            return Err(IoError::Gone(format!(
+                "vSSD {} has been deleted",
+                self.cfg.name
+            )));
         }
         Ok(())
     }
@@ -435,7 +471,13 @@ impl Vssd {
 
     /// Opens a new active block on `pu`, running GC first if free blocks are low.
     /// Host writes may not take the GC reserve; GC may.
-    fn open_block(&self, g: &mut Inner, pu: usize, for_gc: bool, now: Nanos) -> Result<Option<u32>, FtlError> {
+    fn open_block(
+        &self,
+        g: &mut Inner,
+        pu: usize,
+        for_gc: bool,
+        now: Nanos,
+    ) -> Result<Option<u32>, FtlError> {
         if !for_gc {
             let mut rounds = g.pus[pu].blocks.len();
             while g.pus[pu].free.len() <= GC_LOW && rounds > 0 {
@@ -452,7 +494,9 @@ impl Vssd {
                 return Ok(None);
             }
         }
-        let Some(&first) = g.pus[pu].free.iter().next() else { return Ok(None) };
+        let Some(&first) = g.pus[pu].free.iter().next() else {
+            return Ok(None);
+        };
         g.pus[pu].free.remove(&first);
         let b = first.1;
         let blk = &mut g.blocks[b as usize];
@@ -465,7 +509,14 @@ impl Vssd {
 
     /// Programs one page somewhere on the vSSD (on `pu` when GC relocates) and
     /// returns its local page and completion time. The caller sets `p2l`.
-    fn program(&self, g: &mut Inner, data: &[u8], oob: &Oob, pu: Option<usize>, now: Nanos) -> Result<(u32, Nanos), FtlError> {
+    fn program(
+        &self,
+        g: &mut Inner,
+        data: &[u8],
+        oob: &Oob,
+        pu: Option<usize>,
+        now: Nanos,
+    ) -> Result<(u32, Nanos), FtlError> {
         let npu = g.pus.len();
         for attempt in 0..npu {
             let p = match pu {
@@ -484,7 +535,9 @@ impl Vssd {
             };
             let blk = &mut g.blocks[b as usize];
             let page = blk.wp;
-            let done = self.dev.program(self.geo.first_page(blk.id) + page as u64, data, oob, now)?;
+            let done =
+                self.dev
+                    .program(self.geo.first_page(blk.id) + page as u64, data, oob, now)?;
             blk.wp += 1;
             blk.last_write = now;
             if blk.wp == self.ppb {
@@ -508,7 +561,12 @@ impl Vssd {
         for &b in &g.pus[pu].blocks {
             let blk = &g.blocks[b as usize];
             if blk.state == BState::Closed && blk.valid < ppb {
-                cands.push(Candidate { valid: blk.valid, pages: ppb, erase_count: blk.erase_count, last_write: blk.last_write });
+                cands.push(Candidate {
+                    valid: blk.valid,
+                    pages: ppb,
+                    erase_count: blk.erase_count,
+                    last_write: blk.last_write,
+                });
                 idx.push(b);
             }
         }
@@ -566,10 +624,21 @@ impl Vssd {
     }
 
     /// Writes one whole logical page.
-    fn write_page(&self, g: &mut Inner, lba: u64, data: &[u8], now: Nanos) -> Result<Nanos, FtlError> {
+    fn write_page(
+        &self,
+        g: &mut Inner,
+        lba: u64,
+        data: &[u8],
+        now: Nanos,
+    ) -> Result<Nanos, FtlError> {
         g.seq += 1;
         let seq = g.seq;
-        let oob = Oob { owner: self.cfg.id, kind: OobKind::Data, lba, seq };
+        let oob = Oob {
+            owner: self.cfg.id,
+            kind: OobKind::Data,
+            lba,
+            seq,
+        };
         let (lp, done) = self.program(g, data, &oob, None, now)?;
         self.unmap(g, lba);
         g.l2p[lba as usize] = lp;
@@ -581,7 +650,14 @@ impl Vssd {
     }
 
     /// Reads part of a logical page into `out` (zeros if unmapped).
-    fn read_part(&self, g: &mut Inner, lba: u64, off: usize, out: &mut [u8], now: Nanos) -> Result<Nanos, FtlError> {
+    fn read_part(
+        &self,
+        g: &mut Inner,
+        lba: u64,
+        off: usize,
+        out: &mut [u8],
+        now: Nanos,
+    ) -> Result<Nanos, FtlError> {
         let lp = g.l2p[lba as usize];
         if lp == UNMAPPED {
             out.fill(0);
@@ -593,7 +669,14 @@ impl Vssd {
     }
 
     /// Overwrites `data.len()` bytes at `off` within logical page `lba` (read-modify-write).
-    fn write_partial(&self, g: &mut Inner, lba: u64, off: usize, data: &[u8], now: Nanos) -> Result<Nanos, FtlError> {
+    fn write_partial(
+        &self,
+        g: &mut Inner,
+        lba: u64,
+        off: usize,
+        data: &[u8],
+        now: Nanos,
+    ) -> Result<Nanos, FtlError> {
         let mut buf = std::mem::take(&mut g.scratch);
         let r = (|| {
             let t = self.read_part(g, lba, 0, &mut buf, now)?;
@@ -621,11 +704,11 @@ impl Vssd {
             let zeros = vec![0u8; len as usize];
             return self.write_bytes(&mut g, offset, &zeros, now);
         }
-        if offset % ps != 0 {
+        if !offset.is_multiple_of(ps) {
             let n = (first_full * ps - offset) as usize;
             done = done.max(self.write_bytes(&mut g, offset, &vec![0u8; n], now)?);
         }
-        if end % ps != 0 {
+        if !end.is_multiple_of(ps) {
             let n = (end - last_full * ps) as usize;
             done = done.max(self.write_bytes(&mut g, last_full * ps, &vec![0u8; n], now)?);
         }
@@ -637,18 +720,34 @@ impl Vssd {
             }
         }
         if any {
-            done = done.max(self.write_trim_record(&mut g, first_full, last_full - first_full, now)?);
+            done = done.max(self.write_trim_record(
+                &mut g,
+                first_full,
+                last_full - first_full,
+                now,
+            )?);
         }
         Ok(done)
     }
 
-    fn write_trim_record(&self, g: &mut Inner, start: u64, count: u64, now: Nanos) -> Result<Nanos, FtlError> {
+    fn write_trim_record(
+        &self,
+        g: &mut Inner,
+        start: u64,
+        count: u64,
+        now: Nanos,
+    ) -> Result<Nanos, FtlError> {
         g.seq += 1;
         let seq = g.seq;
         let mut page = vec![0u8; self.page_size];
         page[0..8].copy_from_slice(&start.to_le_bytes());
         page[8..16].copy_from_slice(&count.to_le_bytes());
-        let oob = Oob { owner: self.cfg.id, kind: OobKind::Trim, lba: start, seq };
+        let oob = Oob {
+            owner: self.cfg.id,
+            kind: OobKind::Trim,
+            lba: start,
+            seq,
+        };
         let (lp, done) = self.program(g, &page, &oob, None, now)?;
         g.p2l[lp as usize] = TRIM_REC;
         g.blocks[(lp / self.ppb) as usize].valid += 1;
@@ -703,7 +802,10 @@ impl Vssd {
     }
 
     fn parse_checkpoint(&self, bytes: &[u8]) -> Result<(u64, Vec<(u32, u64)>), FtlError> {
-        let bad = |r: String| FtlError::Recovery { name: self.cfg.name.clone(), reason: format!("checkpoint: {r}") };
+        let bad = |r: String| FtlError::Recovery {
+            name: self.cfg.name.clone(),
+            reason: format!("checkpoint: {r}"),
+        };
         if bytes.len() < 36 || &bytes[..8] != CKPT_MAGIC {
             return Err(bad("not a flexssd checkpoint".into()));
         }
@@ -715,11 +817,18 @@ impl Vssd {
         let seq = u64_at(12);
         let pages = u64_at(20);
         if pages != self.logical_pages {
-            return Err(bad(format!("made for {pages} logical pages, vSSD has {}", self.logical_pages)));
+            return Err(bad(format!(
+                "made for {pages} logical pages, vSSD has {}",
+                self.logical_pages
+            )));
         }
         let n = u64_at(28) as usize;
         if bytes.len() != 36 + n * 12 {
-            return Err(bad(format!("{} bytes, expected {}", bytes.len(), 36 + n * 12)));
+            return Err(bad(format!(
+                "{} bytes, expected {}",
+                bytes.len(),
+                36 + n * 12
+            )));
         }
         let mut entries = Vec::with_capacity(n);
         for i in 0..n {
@@ -727,7 +836,9 @@ impl Vssd {
             let lba = u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap());
             let s = u64_at(o + 4);
             if lba as u64 >= self.logical_pages || s == 0 || s > seq {
-                return Err(bad(format!("entry {i} (lba {lba}, seq {s}) is out of range")));
+                return Err(bad(format!(
+                    "entry {i} (lba {lba}, seq {s}) is out of range"
+                )));
             }
             entries.push((lba, s));
         }
@@ -735,10 +846,13 @@ impl Vssd {
     }
 
     fn recover(&self, g: &mut Inner) -> Result<(), FtlError> {
-        let bytes = self.ckpt.load(self.cfg.id)?.ok_or_else(|| FtlError::Recovery {
-            name: self.cfg.name.clone(),
-            reason: "no checkpoint found (was it created by this data directory?)".into(),
-        })?;
+        let bytes = self
+            .ckpt
+            .load(self.cfg.id)?
+            .ok_or_else(|| FtlError::Recovery {
+                name: self.cfg.name.clone(),
+                reason: "no checkpoint found (was it created by this data directory?)".into(),
+            })?;
         let (cseq, entries) = self.parse_checkpoint(&bytes)?;
         for &(lba, s) in &entries {
             g.lseq[lba as usize] = s;
@@ -751,7 +865,9 @@ impl Vssd {
             let wp = self.dev.write_ptr(id);
             for page in 0..wp {
                 let lp = bi as u32 * ppb + page;
-                let Some(oob) = self.dev.oob(self.geo.first_page(id) + page as u64) else { continue };
+                let Some(oob) = self.dev.oob(self.geo.first_page(id) + page as u64) else {
+                    continue;
+                };
                 if oob.owner != self.cfg.id {
                     tracing::warn!(vssd = %self.cfg.name, block = id, "page owned by {} ignored", oob.owner);
                     continue;
@@ -777,7 +893,11 @@ impl Vssd {
             }
             let blk = &mut g.blocks[bi];
             blk.wp = wp;
-            blk.state = if wp == 0 { BState::Free } else { BState::Closed };
+            blk.state = if wp == 0 {
+                BState::Free
+            } else {
+                BState::Closed
+            };
         }
         events.sort_unstable();
         let mut buf = vec![0u8; self.page_size];
@@ -802,7 +922,10 @@ impl Vssd {
                     self.dev.read(gp, 0, &mut buf, 0)?;
                     let start = u64::from_le_bytes(buf[0..8].try_into().unwrap());
                     let count = u64::from_le_bytes(buf[8..16].try_into().unwrap());
-                    if start.checked_add(count).is_none_or(|e| e > self.logical_pages) {
+                    if start
+                        .checked_add(count)
+                        .is_none_or(|e| e > self.logical_pages)
+                    {
                         return Err(FtlError::Recovery {
                             name: self.cfg.name.clone(),
                             reason: format!("trim record {start}+{count} beyond capacity"),
@@ -827,7 +950,9 @@ impl Vssd {
             if g.lseq[lba as usize] == s && g.l2p[lba as usize] == UNMAPPED {
                 return Err(FtlError::Recovery {
                     name: self.cfg.name.clone(),
-                    reason: format!("checkpoint maps logical page {lba} (seq {s}) but no flash page holds it"),
+                    reason: format!(
+                        "checkpoint maps logical page {lba} (seq {s}) but no flash page holds it"
+                    ),
                 });
             }
         }
@@ -841,7 +966,11 @@ impl Vssd {
             }
         }
         for bi in 0..g.blocks.len() {
-            let (pu, wp, ec) = (g.blocks[bi].pu as usize, g.blocks[bi].wp, g.blocks[bi].erase_count);
+            let (pu, wp, ec) = (
+                g.blocks[bi].pu as usize,
+                g.blocks[bi].wp,
+                g.blocks[bi].erase_count,
+            );
             if wp == 0 {
                 g.pus[pu].free.insert((ec, bi as u32));
             } else if wp < ppb && g.pus[pu].active.is_none() {
@@ -867,7 +996,11 @@ impl BlockDev for Vssd {
     }
 
     fn block_sizes(&self) -> BlockSizes {
-        BlockSizes { minimum: 512, preferred: self.page_size as u32, maximum: 32 << 20 }
+        BlockSizes {
+            minimum: 512,
+            preferred: self.page_size as u32,
+            maximum: 32 << 20,
+        }
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {

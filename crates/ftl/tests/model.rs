@@ -14,7 +14,14 @@ use ftl::{max_capacity, CheckpointStore, Extent, GcPolicyKind, MemCheckpoints, V
 use proptest::prelude::*;
 
 fn geo() -> Geometry {
-    Geometry { channels: 2, dies_per_channel: 2, planes_per_die: 1, blocks_per_plane: 12, pages_per_block: 8, page_size: 512 }
+    Geometry {
+        channels: 2,
+        dies_per_channel: 2,
+        planes_per_die: 1,
+        blocks_per_plane: 12,
+        pages_per_block: 8,
+        page_size: 512,
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -40,9 +47,17 @@ fn op(cap: u64) -> impl Strategy<Value = Op> {
 }
 
 fn cfg(g: &Geometry, gc: GcPolicyKind) -> VssdConfig {
-    let extents: Vec<Extent> = (0..g.channels).map(|c| Extent::whole_channel(g, c)).collect();
+    let extents: Vec<Extent> = (0..g.channels)
+        .map(|c| Extent::whole_channel(g, c))
+        .collect();
     let capacity_bytes = max_capacity(g, &extents);
-    VssdConfig { id: 1, name: "t".into(), extents, capacity_bytes, gc }
+    VssdConfig {
+        id: 1,
+        name: "t".into(),
+        extents,
+        capacity_bytes,
+        gc,
+    }
 }
 
 fn check_all(v: &Vssd, m: &MemDev) {
@@ -129,7 +144,9 @@ fn heavy_overwrite_with_crashes_keeps_data() {
     let (mut gc_runs, mut host, mut flash) = (0, 0, 0);
     for round in 0..40 {
         for _ in 0..200 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let page = (x >> 33) % (cap / 512);
             let data = vec![(x >> 20) as u8; 512];
             v.write(page * 512, &data, false).unwrap();
@@ -142,7 +159,11 @@ fn heavy_overwrite_with_crashes_keeps_data() {
             m.trim(off, 4096).unwrap();
         }
         let s = v.stats();
-        (gc_runs, host, flash) = (gc_runs + s.gc_runs, host + s.host_pages_written, flash + s.flash_pages_written);
+        (gc_runs, host, flash) = (
+            gc_runs + s.gc_runs,
+            host + s.host_pages_written,
+            flash + s.flash_pages_written,
+        );
         drop(v);
         v = Vssd::open(dev.clone(), c.clone(), clock.clone(), ckpt.clone()).unwrap();
         check_all(&v, &m);
@@ -151,7 +172,10 @@ fn heavy_overwrite_with_crashes_keeps_data() {
     let wa = flash as f64 / host as f64;
     assert!(wa > 1.0 && wa < 6.0, "write amplification {wa}");
     let s = v.stats();
-    assert!(s.max_erase_count - s.min_erase_count < 20, "wear-aware allocation keeps wear even: {s:?}");
+    assert!(
+        s.max_erase_count - s.min_erase_count < 20,
+        "wear-aware allocation keeps wear even: {s:?}"
+    );
 }
 
 /// The file backend: drop everything (device included) as a kill -9 would, reopen.
@@ -159,8 +183,11 @@ fn heavy_overwrite_with_crashes_keeps_data() {
 fn file_backend_crash_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let g = geo();
-    let backend = Backend::File { path: dir.path().join("ssd") };
-    let ckpt: Arc<dyn CheckpointStore> = Arc::new(ftl::DirCheckpoints::new(dir.path().join("ckpt")).unwrap());
+    let backend = Backend::File {
+        path: dir.path().join("ssd"),
+    };
+    let ckpt: Arc<dyn CheckpointStore> =
+        Arc::new(ftl::DirCheckpoints::new(dir.path().join("ckpt")).unwrap());
     let clock = Arc::new(VirtualClock::new(0));
     let c = cfg(&g, GcPolicyKind::Greedy);
     let m = MemDev::new(c.capacity_bytes);
@@ -184,18 +211,43 @@ fn file_backend_crash_and_reopen() {
 fn big_cfg(g: &Geometry, id: u32, channels: std::ops::Range<u32>) -> VssdConfig {
     let extents: Vec<Extent> = channels.map(|c| Extent::whole_channel(g, c)).collect();
     let capacity_bytes = ftl::default_capacity(g, &extents);
-    VssdConfig { id, name: format!("v{id}"), extents, capacity_bytes, gc: GcPolicyKind::Greedy }
+    VssdConfig {
+        id,
+        name: format!("v{id}"),
+        extents,
+        capacity_bytes,
+        gc: GcPolicyKind::Greedy,
+    }
 }
 
 /// In model time, a vSSD's sequential write bandwidth follows its channel count.
 #[test]
 fn bandwidth_scales_with_channels_in_model_time() {
-    let g = Geometry { channels: 16, dies_per_channel: 4, planes_per_die: 1, blocks_per_plane: 32, pages_per_block: 64, page_size: 4096 };
+    let g = Geometry {
+        channels: 16,
+        dies_per_channel: 4,
+        planes_per_die: 1,
+        blocks_per_plane: 32,
+        pages_per_block: 64,
+        page_size: 4096,
+    };
     let dev = Arc::new(FlashDevice::open(&Backend::Memory, g, Timing::default()).unwrap());
     let clock = Arc::new(VirtualClock::new(0));
     let ckpt: Arc<dyn CheckpointStore> = Arc::new(MemCheckpoints::default());
-    let v8 = Vssd::create(dev.clone(), big_cfg(&g, 1, 0..8), clock.clone(), ckpt.clone()).unwrap();
-    let v2 = Vssd::create(dev.clone(), big_cfg(&g, 2, 8..10), clock.clone(), ckpt.clone()).unwrap();
+    let v8 = Vssd::create(
+        dev.clone(),
+        big_cfg(&g, 1, 0..8),
+        clock.clone(),
+        ckpt.clone(),
+    )
+    .unwrap();
+    let v2 = Vssd::create(
+        dev.clone(),
+        big_cfg(&g, 2, 8..10),
+        clock.clone(),
+        ckpt.clone(),
+    )
+    .unwrap();
     let data = vec![0x5au8; 128 * 1024];
     let bytes = 16u64 << 20;
     let mut t8 = 0;
@@ -205,7 +257,10 @@ fn bandwidth_scales_with_channels_in_model_time() {
         t2 = t2.max(v2.write(i * data.len() as u64, &data, false).unwrap());
     }
     let ratio = t2 as f64 / t8 as f64;
-    assert!((ratio - 4.0).abs() / 4.0 < 0.15, "8-channel vs 2-channel bandwidth ratio {ratio}");
+    assert!(
+        (ratio - 4.0).abs() / 4.0 < 0.15,
+        "8-channel vs 2-channel bandwidth ratio {ratio}"
+    );
 }
 
 /// Destroying a vSSD erases its flash: a new vSSD on the same channels reads zeros,
@@ -229,7 +284,10 @@ fn destroy_erases_before_reuse() {
     let w = Vssd::create(dev.clone(), VssdConfig { id: 2, ..c }, clock, ckpt).unwrap();
     let mut all = vec![1u8; cap as usize];
     w.read(0, &mut all).unwrap();
-    assert!(all.iter().all(|&x| x == 0), "the next tenant must not see old data");
+    assert!(
+        all.iter().all(|&x| x == 0),
+        "the next tenant must not see old data"
+    );
 }
 
 /// Bad configurations are refused with a reason.
@@ -241,20 +299,63 @@ fn bad_configs_are_refused() {
     let ckpt: Arc<dyn CheckpointStore> = Arc::new(MemCheckpoints::default());
     let good = cfg(&g, GcPolicyKind::Greedy);
     let cases = [
-        VssdConfig { capacity_bytes: good.capacity_bytes + 512, ..good.clone() },
-        VssdConfig { capacity_bytes: 1000, ..good.clone() },
-        VssdConfig { extents: vec![Extent { channel: 9, first_block: 0, blocks: 1 }], ..good.clone() },
-        VssdConfig { extents: vec![Extent { channel: 0, first_block: 10, blocks: 5 }], ..good.clone() },
-        VssdConfig { extents: vec![Extent { channel: 0, first_block: 0, blocks: 6 }, Extent { channel: 0, first_block: 5, blocks: 2 }], capacity_bytes: 512, ..good.clone() },
-        VssdConfig { extents: vec![], ..good.clone() },
+        VssdConfig {
+            capacity_bytes: good.capacity_bytes + 512,
+            ..good.clone()
+        },
+        VssdConfig {
+            capacity_bytes: 1000,
+            ..good.clone()
+        },
+        VssdConfig {
+            extents: vec![Extent {
+                channel: 9,
+                first_block: 0,
+                blocks: 1,
+            }],
+            ..good.clone()
+        },
+        VssdConfig {
+            extents: vec![Extent {
+                channel: 0,
+                first_block: 10,
+                blocks: 5,
+            }],
+            ..good.clone()
+        },
+        VssdConfig {
+            extents: vec![
+                Extent {
+                    channel: 0,
+                    first_block: 0,
+                    blocks: 6,
+                },
+                Extent {
+                    channel: 0,
+                    first_block: 5,
+                    blocks: 2,
+                },
+            ],
+            capacity_bytes: 512,
+            ..good.clone()
+        },
+        VssdConfig {
+            extents: vec![],
+            ..good.clone()
+        },
     ];
     for c in cases {
         let e = Vssd::create(dev.clone(), c.clone(), clock.clone(), ckpt.clone()).unwrap_err();
-        assert!(e.to_string().contains("invalid vSSD configuration"), "{c:?}: {e}");
+        assert!(
+            e.to_string().contains("invalid vSSD configuration"),
+            "{c:?}: {e}"
+        );
     }
     // Out-of-range I/O is refused and changes nothing.
     let v = Vssd::create(dev, good.clone(), clock, ckpt).unwrap();
-    assert!(v.write(good.capacity_bytes - 10, &[1u8; 20], false).is_err());
+    assert!(v
+        .write(good.capacity_bytes - 10, &[1u8; 20], false)
+        .is_err());
     let mut b = [9u8; 10];
     v.read(good.capacity_bytes - 10, &mut b).unwrap();
     assert_eq!(b, [0u8; 10]);

@@ -45,10 +45,25 @@ mod tests {
 
     #[test]
     fn prefers_old_blocks_over_slightly_emptier_young_ones() {
-        let young = Candidate { valid: 3, pages: 8, erase_count: 0, last_write: 1_000 };
-        let old = Candidate { valid: 4, pages: 8, erase_count: 0, last_write: 0 };
+        let young = Candidate {
+            valid: 3,
+            pages: 8,
+            erase_count: 0,
+            last_write: 1_000,
+        };
+        let old = Candidate {
+            valid: 4,
+            pages: 8,
+            erase_count: 0,
+            last_write: 0,
+        };
         assert_eq!(CostBenefit.choose(&[young, old], 1_100), 1);
-        let empty = Candidate { valid: 0, pages: 8, erase_count: 0, last_write: 1_099 };
+        let empty = Candidate {
+            valid: 0,
+            pages: 8,
+            erase_count: 0,
+            last_write: 1_099,
+        };
         assert_eq!(CostBenefit.choose(&[young, old, empty], 1_100), 2);
     }
 }

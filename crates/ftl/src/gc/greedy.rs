@@ -14,7 +14,9 @@ impl GcPolicy for Greedy {
     }
 
     fn choose(&self, c: &[Candidate], _now: Nanos) -> usize {
-        (0..c.len()).min_by_key(|&i| (c[i].valid, c[i].erase_count)).unwrap_or(0)
+        (0..c.len())
+            .min_by_key(|&i| (c[i].valid, c[i].erase_count))
+            .unwrap_or(0)
     }
 }
 
@@ -24,7 +26,12 @@ mod tests {
 
     #[test]
     fn picks_fewest_valid() {
-        let c = |valid, erase_count| Candidate { valid, pages: 8, erase_count, last_write: 0 };
+        let c = |valid, erase_count| Candidate {
+            valid,
+            pages: 8,
+            erase_count,
+            last_write: 0,
+        };
         assert_eq!(Greedy.choose(&[c(5, 0), c(2, 9), c(2, 1), c(7, 0)], 0), 2);
     }
 }

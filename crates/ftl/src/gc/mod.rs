@@ -60,7 +60,9 @@ impl std::str::FromStr for GcPolicyKind {
         match s {
             "greedy" => Ok(Self::Greedy),
             "cost-benefit" => Ok(Self::CostBenefit),
-            _ => Err(format!("unknown GC policy {s:?} (expected greedy or cost-benefit)")),
+            _ => Err(format!(
+                "unknown GC policy {s:?} (expected greedy or cost-benefit)"
+            )),
         }
     }
 }
