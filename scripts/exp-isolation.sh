@@ -9,7 +9,9 @@
 #     channels (blocks 32..64) writes flat out. Expect p99 within 10% of alone with
 #     dedicated channels, and visibly worse with shared ones.
 #
-# Writes docs/results/isolation.csv and prints a Markdown table.
+# Writes docs/results/isolation.csv (summary), isolation-latency.csv (the victim's
+# read-latency percentiles per scenario) and isolation-latency.svg, and prints a
+# Markdown table.
 #   scripts/exp-isolation.sh [READ_SECONDS]   (default 15)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +22,8 @@ BIN=$PWD/target/release/flexssd
 WORK=$(mktemp -d /tmp/flexssd-iso.XXXXXX)
 trap 'stop_daemon; kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
 OUT=docs/results/isolation.csv
+LAT=docs/results/isolation-latency.csv
+PCTS=1:5:10:25:50:75:90:95:99:99.5:99.9:99.99
 mkdir -p docs/results
 
 start_daemon "$WORK/d" '
@@ -48,6 +52,7 @@ uri() { echo "nbd+unix:///$1?socket=$SOCK"; }
 val() { python3 -c "import json,sys; j=json.load(open('$1')); x=j['jobs'][0]['$2']; print($3)"; }
 
 echo "scenario,metric,value" > "$OUT"
+echo "scenario,percentile,latency_us" > "$LAT"
 # --- A: bandwidth vs channels (fresh vSSDs: no GC in the measured window)
 fio_json "$WORK/w8.json" --name=w8 --ioengine=nbd --uri="$(uri w8)" --rw=write --bs=128k --iodepth=32 --size=1G
 fio_json "$WORK/w2.json" --name=w2 --ioengine=nbd --uri="$(uri w2)" --rw=write --bs=128k --iodepth=32 --size=256M
@@ -62,10 +67,11 @@ echo "seq-write,ratio-8ch-over-2ch,$ratio" >> "$OUT"
 fio --name=fill --ioengine=nbd --uri="$(uri victim)" --rw=write --bs=1M --iodepth=4 --size=256M >/dev/null
 readlat() {  # readlat NAME -> appends p50/p99/p99.9 of the victim
   fio_json "$WORK/$1.json" --name="$1" --ioengine=nbd --uri="$(uri victim)" --rw=randread --bs=4k --iodepth=1 \
-    --size=256M --time_based --runtime="$SECS" --percentile_list=50:99:99.9
-  for p in 50 99 99.9; do
+    --size=256M --time_based --runtime="$SECS" --percentile_list=$PCTS
+  for p in ${PCTS//:/ }; do
     v=$(val "$WORK/$1.json" read "x['clat_ns']['percentile']['$(printf '%.6f' $p)']/1000")
-    echo "$1,p$p-us,$v" >> "$OUT"
+    echo "$1,$p,$v" >> "$LAT"
+    case $p in 50|99|99.9) echo "$1,p$p-us,$v" >> "$OUT" ;; esac
   done
   echo "$1,iops,$(val "$WORK/$1.json" read "x['iops']")" >> "$OUT"
 }
@@ -90,4 +96,7 @@ base=d['alone','p99-us']
 for s in ("alone","neighbour-other-channels","neighbour-shared-channels"):
     print(f"| {s} | {d[s,'p50-us']:.0f} | {d[s,'p99-us']:.0f} | {d[s,'p99.9-us']:.0f} | {100*(d[s,'p99-us']/base-1):+.1f}% |")
 PY
-echo "CSV: $OUT"
+"$BIN" plot lines --csv "$LAT" --series scenario --x percentile --y latency_us --logy \
+  --title "Victim 4 KiB random read latency (emulation mode)" --xlabel "percentile" --ylabel "latency (µs, log)" \
+  --out docs/results/isolation-latency.svg
+echo "CSV: $OUT $LAT; plot: docs/results/isolation-latency.svg"

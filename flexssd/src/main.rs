@@ -8,6 +8,7 @@
 mod api;
 mod client;
 mod metrics;
+mod plot;
 mod serve;
 
 use std::net::SocketAddr;
@@ -46,6 +47,9 @@ enum Command {
     /// Configuration helpers.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Draw plots (SVG) from experiment CSV files.
+    #[command(subcommand)]
+    Plot(plot::PlotCmd),
 }
 
 /// Options of `flexssd serve`; each overrides the corresponding config setting.
@@ -175,6 +179,7 @@ fn main() -> ExitCode {
         Command::Vssd(a) => client::vssd(&client::Client::new(&api_url(&a.client)), &a.cmd),
         Command::Device(a) => client::device(&client::Client::new(&api_url(&a.client)), &a.cmd),
         Command::Stats(a) => client::stats(&client::Client::new(&api_url(&a.client)), a.json),
+        Command::Plot(p) => plot::run(p),
         Command::Config(ConfigCmd::Default) => {
             print!("{}", control::DEFAULT_CONFIG);
             Ok(())

@@ -8,7 +8,13 @@ use support::*;
 fn nbdinfo_lists_and_describes_exports() {
     require!(have("nbdinfo"), "nbdinfo (libnbd-bin) is not installed");
     let d = Daemon::start(SMALL_DEVICE);
-    let out = run("nbdinfo", &["--list", &format!("nbd+unix://?socket={}", d.sock.display())]);
+    let out = run(
+        "nbdinfo",
+        &[
+            "--list",
+            &format!("nbd+unix://?socket={}", d.sock.display()),
+        ],
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("default"), "{text}");
     let out = run("nbdinfo", &["--json", &d.uri("default")]);
@@ -27,7 +33,10 @@ fn nbdinfo_lists_and_describes_exports() {
 
 #[test]
 fn nbdcopy_round_trip_and_qemu_img_compare() {
-    require!(have("nbdcopy") && have("qemu-img"), "nbdcopy or qemu-img is not installed");
+    require!(
+        have("nbdcopy") && have("qemu-img"),
+        "nbdcopy or qemu-img is not installed"
+    );
     let d = Daemon::start(SMALL_DEVICE);
     let img = d.path().join("in.img");
     let back = d.path().join("out.img");
@@ -39,18 +48,58 @@ fn nbdcopy_round_trip_and_qemu_img_compare() {
     let a = std::fs::read(&img).unwrap();
     let b = std::fs::read(&back).unwrap();
     assert_eq!(b.len(), 216 << 20);
-    assert!(a == b[..a.len()], "data read back differs from data written");
-    assert!(b[a.len()..].iter().all(|&x| x == 0), "never-written space must read as zeros");
+    assert!(
+        a == b[..a.len()],
+        "data read back differs from data written"
+    );
+    assert!(
+        b[a.len()..].iter().all(|&x| x == 0),
+        "never-written space must read as zeros"
+    );
     // qemu-img compares the export with the image (sizes differ: use the prefix).
     let short = d.path().join("short.img");
     std::fs::write(&short, &b[..a.len()]).unwrap();
-    run("qemu-img", &["compare", "-f", "raw", "-F", "raw", "-s", img.to_str().unwrap(), short.to_str().unwrap()]);
-    run("qemu-img", &["compare", "-f", "raw", "-F", "raw", back.to_str().unwrap(), &uri]);
+    run(
+        "qemu-img",
+        &[
+            "compare",
+            "-f",
+            "raw",
+            "-F",
+            "raw",
+            "-s",
+            img.to_str().unwrap(),
+            short.to_str().unwrap(),
+        ],
+    );
+    run(
+        "qemu-img",
+        &[
+            "compare",
+            "-f",
+            "raw",
+            "-F",
+            "raw",
+            back.to_str().unwrap(),
+            &uri,
+        ],
+    );
     // Survives a clean restart.
     let mut d = d;
     d.stop();
     d.restart();
-    run("qemu-img", &["compare", "-f", "raw", "-F", "raw", back.to_str().unwrap(), &d.uri("default")]);
+    run(
+        "qemu-img",
+        &[
+            "compare",
+            "-f",
+            "raw",
+            "-F",
+            "raw",
+            back.to_str().unwrap(),
+            &d.uri("default"),
+        ],
+    );
 }
 
 #[test]
@@ -61,17 +110,55 @@ fn qemu_io_patterns_trim_and_zero() {
     let out = run(
         "qemu-io",
         &[
-            "-f", "raw", "-c", "write -P 0xab 0 1M", "-c", "read -P 0xab 0 1M", "-c", "write -P 0x11 3000 5000",
-            "-c", "read -P 0x11 3000 5000", "-c", "read -P 0xab 0 3000", "-c", "discard 1M 64k", "-c",
-            "read -P 0 1M 64k", "-c", "write -z 4096 8192", "-c", "read -P 0 4096 8192", "-c", "flush", &uri,
+            "-f",
+            "raw",
+            "-c",
+            "write -P 0xab 0 1M",
+            "-c",
+            "read -P 0xab 0 1M",
+            "-c",
+            "write -P 0x11 3000 5000",
+            "-c",
+            "read -P 0x11 3000 5000",
+            "-c",
+            "read -P 0xab 0 3000",
+            "-c",
+            "discard 1M 64k",
+            "-c",
+            "read -P 0 1M 64k",
+            "-c",
+            "write -z 4096 8192",
+            "-c",
+            "read -P 0 4096 8192",
+            "-c",
+            "flush",
+            &uri,
         ],
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("Pattern verification failed"), "{text}");
     // Past the end is refused, not wrapped around.
-    let out = run_any("qemu-io", &["-f", "raw", "-c", &format!("write -P 1 {} 4096", 216u64 << 20), &uri]);
-    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(all.to_lowercase().contains("error") || all.contains("Input/output") || all.contains("Invalid"), "{all}");
+    let out = run_any(
+        "qemu-io",
+        &[
+            "-f",
+            "raw",
+            "-c",
+            &format!("write -P 1 {} 4096", 216u64 << 20),
+            &uri,
+        ],
+    );
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        all.to_lowercase().contains("error")
+            || all.contains("Input/output")
+            || all.contains("Invalid"),
+        "{all}"
+    );
 }
 
 #[test]
@@ -83,9 +170,20 @@ fn fio_verify_crc32c_single_and_multi_conn() {
         let out = run(
             "fio",
             &[
-                "--name=verify", "--ioengine=nbd", &format!("--uri={uri}"), &format!("--rw={rw}"), "--bs=4k",
-                "--iodepth=16", &format!("--numjobs={jobs}"), "--size=32m", "--offset_increment=40m", "--verify=crc32c",
-                "--verify_fatal=1", "--do_verify=1", "--verify_state_save=0", "--group_reporting",
+                "--name=verify",
+                "--ioengine=nbd",
+                &format!("--uri={uri}"),
+                &format!("--rw={rw}"),
+                "--bs=4k",
+                "--iodepth=16",
+                &format!("--numjobs={jobs}"),
+                "--size=32m",
+                "--offset_increment=40m",
+                "--verify=crc32c",
+                "--verify_fatal=1",
+                "--do_verify=1",
+                "--verify_state_save=0",
+                "--group_reporting",
             ],
         );
         let text = String::from_utf8_lossy(&out.stdout);

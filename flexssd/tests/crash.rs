@@ -50,7 +50,11 @@ fn kill_9_during_fua_writes_loses_nothing_acknowledged() {
     };
     let mut d = Daemon::start(SMALL_DEVICE);
     let out = d.cli(&["vssd", "create", "second", "--channels", "2"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for round in 0..3 {
         let mut w = Command::new(py)
             .args(["-c", WRITER, &d.uri("default")])
@@ -62,7 +66,13 @@ fn kill_9_during_fua_writes_loses_nothing_acknowledged() {
         let target = 3000 + round * 2000;
         let mut last: i64 = -1;
         while last < target {
-            last = lines.next().expect("writer stopped early").unwrap().trim().parse().unwrap();
+            last = lines
+                .next()
+                .expect("writer stopped early")
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
         }
         d.kill9();
         // Drain what the writer printed before it noticed the crash.
@@ -71,7 +81,10 @@ fn kill_9_during_fua_writes_loses_nothing_acknowledged() {
         }
         let _ = w.wait();
         d.restart();
-        let out = Command::new(py).args(["-c", CHECKER, &d.uri("default"), &last.to_string()]).output().unwrap();
+        let out = Command::new(py)
+            .args(["-c", CHECKER, &d.uri("default"), &last.to_string()])
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "round {round}: after kill -9, acknowledged writes are missing: {} {}\nlog:\n{}",
@@ -82,5 +95,8 @@ fn kill_9_during_fua_writes_loses_nothing_acknowledged() {
     }
     let list = d.cli(&["vssd", "list", "--json"]);
     let text = String::from_utf8_lossy(&list.stdout);
-    assert!(text.contains("\"second\"") && text.contains("\"default\""), "{text}");
+    assert!(
+        text.contains("\"second\"") && text.contains("\"default\""),
+        "{text}"
+    );
 }

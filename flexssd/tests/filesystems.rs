@@ -42,12 +42,22 @@ impl Attached {
         let _ = std::fs::remove_file(&pid);
         // nbdfuse serves in the foreground; it writes the pid file once mounted.
         let fuse = std::process::Command::new("nbdfuse")
-            .args(["-P", pid.to_str().unwrap(), fuse_dir.to_str().unwrap(), &d.uri(export)])
+            .args([
+                "-P",
+                pid.to_str().unwrap(),
+                fuse_dir.to_str().unwrap(),
+                &d.uri(export),
+            ])
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();
         // From here on, Drop cleans up whatever was set up.
-        let mut a = Attached { fuse, fuse_dir, loopdev: String::new(), mnt };
+        let mut a = Attached {
+            fuse,
+            fuse_dir,
+            loopdev: String::new(),
+            mnt,
+        };
         let file = a.fuse_dir.join("nbd");
         let t0 = std::time::Instant::now();
         while !(pid.exists() && file.exists()) {
@@ -90,7 +100,11 @@ fn fill_and_hash(dir: &Path) -> Vec<(String, Vec<u8>)> {
     }
     std::fs::create_dir_all(dir.join("sub/deeper")).unwrap();
     for i in 0..200 {
-        std::fs::write(dir.join(format!("sub/deeper/small{i}")), format!("file {i}\n").repeat(i + 1)).unwrap();
+        std::fs::write(
+            dir.join(format!("sub/deeper/small{i}")),
+            format!("file {i}\n").repeat(i + 1),
+        )
+        .unwrap();
     }
     run("sync", &[]);
     files

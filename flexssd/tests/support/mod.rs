@@ -36,7 +36,12 @@ pub struct Daemon {
 
 /// Whether `cmd` is on the PATH.
 pub fn have(cmd: &str) -> bool {
-    Command::new("sh").arg("-c").arg(format!("command -v {cmd}")).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {cmd}"))
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Skips the test (returning from it) with a reason when `cond` is false.
@@ -53,17 +58,27 @@ macro_rules! require {
 /// Whether we run as root.
 pub fn is_root() -> bool {
     // SAFETY: plain libc call with no arguments.
-    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Daemon {
     /// Starts a daemon whose config is `body` plus data dir, API and socket.
     pub fn start(body: &str) -> Daemon {
-        let dir = tempfile::Builder::new().prefix("flexssd-test").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("flexssd-test")
+            .tempdir()
+            .unwrap();
         let port = free_port();
         let sock = dir.path().join("nbd.sock");
         let config = dir.path().join("flexssd.toml");
@@ -73,13 +88,23 @@ impl Daemon {
             sock.display()
         );
         std::fs::write(&config, text).unwrap();
-        let mut d = Daemon { dir, child: None, api: format!("http://127.0.0.1:{port}"), sock, config };
+        let mut d = Daemon {
+            dir,
+            child: None,
+            api: format!("http://127.0.0.1:{port}"),
+            sock,
+            config,
+        };
         d.spawn();
         d
     }
 
     fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("daemon.log")).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("daemon.log"))
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_flexssd"))
             .arg("serve")
             .arg("--config")
@@ -111,7 +136,12 @@ impl Daemon {
 
     /// GET on the API; None if it fails.
     pub fn get(&self, path: &str) -> Option<String> {
-        ureq::get(&format!("{}{path}", self.api)).timeout(Duration::from_secs(5)).call().ok()?.into_string().ok()
+        ureq::get(&format!("{}{path}", self.api))
+            .timeout(Duration::from_secs(5))
+            .call()
+            .ok()?
+            .into_string()
+            .ok()
     }
 
     /// The NBD URI of an export.
@@ -121,13 +151,20 @@ impl Daemon {
 
     /// Runs the CLI against this daemon.
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_flexssd")).args(args).env("FLEXSSD_API", &self.api).output().unwrap()
+        Command::new(env!("CARGO_BIN_EXE_flexssd"))
+            .args(args)
+            .env("FLEXSSD_API", &self.api)
+            .output()
+            .unwrap()
     }
 
     /// Stops the daemon with SIGTERM (clean shutdown) and waits.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
             let t0 = Instant::now();
             while c.try_wait().unwrap().is_none() {
                 if t0.elapsed() > Duration::from_secs(30) {
@@ -170,7 +207,12 @@ impl Drop for Daemon {
 
 /// Runs a command with a time limit; panics with its output if it fails.
 pub fn run(cmd: &str, args: &[&str]) -> Output {
-    let out = Command::new("timeout").arg("300").arg(cmd).args(args).output().unwrap();
+    let out = Command::new("timeout")
+        .arg("300")
+        .arg(cmd)
+        .args(args)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{cmd} {args:?} failed ({}):\nstdout: {}\nstderr: {}",
@@ -183,7 +225,12 @@ pub fn run(cmd: &str, args: &[&str]) -> Output {
 
 /// Like [`run`] but returns the output whatever the status.
 pub fn run_any(cmd: &str, args: &[&str]) -> Output {
-    Command::new("timeout").arg("300").arg(cmd).args(args).output().unwrap()
+    Command::new("timeout")
+        .arg("300")
+        .arg(cmd)
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// A deterministic pseudo-random file of `len` bytes.
@@ -202,6 +249,10 @@ pub fn random_file(path: &Path, len: usize, seed: u64) {
 
 /// The system Python with libnbd's bindings (nbdsh's engine), if present.
 pub fn nbd_python() -> Option<&'static str> {
-    let ok = Command::new("/usr/bin/python3").args(["-c", "import nbd"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    let ok = Command::new("/usr/bin/python3")
+        .args(["-c", "import nbd"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
     ok.then_some("/usr/bin/python3")
 }
