@@ -17,11 +17,12 @@
 //!
 //! # Emulation mode
 //!
-//! With a pacing clock, a reply whose modelled completion time is still in the
-//! future goes to a spawned task that sleeps until then and appends it to the
-//! output buffer; replies thus leave out of order, matched by their cookies, and a
-//! slow request never holds up a fast one. A per-connection byte budget (a
-//! semaphore) bounds what those tasks may hold.
+//! With a pacing clock, the device is still called at once, but a reply whose
+//! modelled completion time is in the future is handed to the connection's
+//! [`Pacer`], which appends it to the output buffer when the clock gets there;
+//! replies thus leave out of order, matched by their cookies, and a slow request
+//! never holds up a fast one. A per-connection byte budget (a semaphore) bounds
+//! what the pacer may hold.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -29,6 +30,8 @@ use std::time::Duration;
 
 use blockdev::{BlockDev, IoResult, Nanos};
 use clock::Clock;
+
+use crate::pacer::Pacer;
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{watch, Notify, Semaphore, TryAcquireError};
@@ -204,7 +207,7 @@ struct State {
     failed: bool,
 }
 
-/// What the reader, the writer and the deferred-reply tasks share.
+/// What the reader, the writer and the pacer share.
 struct Shared {
     state: Mutex<State>,
     data_ready: Notify,
@@ -216,7 +219,7 @@ struct Shared {
 }
 
 impl Shared {
-    /// Appends output from a deferred-reply task and wakes the writer if it sleeps.
+    /// Appends a deferred reply (from the pacer) and wakes the writer if it sleeps.
     fn push_deferred(&self, f: impl FnOnce(&mut OutBuf)) {
         let wake = {
             let mut st = self.state.lock();
@@ -356,6 +359,7 @@ struct Conn<R> {
     pace: Option<Arc<dyn Clock>>,
     limits: Limits,
     shared: Arc<Shared>,
+    pacer: Option<Pacer>,
     wbuf: Vec<u8>,
     kick_pending: bool,
     shutdown: Option<watch::Receiver<bool>>,
@@ -470,9 +474,7 @@ impl<R: AsyncRead + Unpin> Conn<R> {
     async fn complete(&mut self, cookie: u64, r: IoResult) -> Result<(), NbdError> {
         match r {
             Ok(t) => match self.pace.clone() {
-                Some(clock) if clock.now() < t => {
-                    self.defer(clock, t, Deferred::Status { cookie }).await
-                }
+                Some(clock) if clock.now() < t => self.defer(t, Deferred::Status { cookie }).await,
                 _ => self.status(cookie, Ok(())).await,
             },
             Err(e) => {
@@ -495,7 +497,6 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         match self.dev.read(offset, &mut data) {
             Ok(t) if clock.now() < t => {
                 self.defer(
-                    clock,
                     t,
                     Deferred::Data {
                         cookie,
@@ -553,13 +554,8 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         self.complete(cookie, r).await
     }
 
-    /// Hands a reply to a task that sends it once `clock` reaches `t`.
-    async fn defer(
-        &mut self,
-        clock: Arc<dyn Clock>,
-        t: Nanos,
-        d: Deferred,
-    ) -> Result<(), NbdError> {
+    /// Hands a reply to the pacer, to be queued once `clock` reaches `t`.
+    async fn defer(&mut self, t: Nanos, d: Deferred) -> Result<(), NbdError> {
         let data_len = match &d {
             Deferred::Data { data, .. } => data.len() as u32,
             Deferred::Status { .. } => 0,
@@ -585,14 +581,10 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         }
         let shared = self.shared.clone();
         let structured = self.limits.structured;
-        tokio::spawn(async move {
-            loop {
-                let wait = clock.until(t);
-                if wait.is_zero() {
-                    break;
-                }
-                tokio::time::sleep(wait).await;
-            }
+        let Some(pacer) = &self.pacer else {
+            unreachable!("deferred replies only happen with a pacing clock, which has a pacer");
+        };
+        pacer.schedule(t, move || {
             shared.push_deferred(|out| match &d {
                 Deferred::Status { cookie } => put_status(out, structured, *cookie, Ok(())),
                 Deferred::Data {
@@ -646,6 +638,10 @@ where
         read_only: neg.export.dev.read_only(),
         structured: neg.structured,
     };
+    let pacer = match &neg.export.pace {
+        Some(clock) => Some(Pacer::new(clock.clone())?),
+        None => None,
+    };
     let mut conn = Conn {
         rd,
         inbuf,
@@ -653,16 +649,19 @@ where
         pace: neg.export.pace.clone(),
         limits,
         shared: shared.clone(),
+        pacer,
         wbuf: Vec::new(),
         kick_pending: false,
         shutdown,
     };
     let res = conn.serve().await;
+    // Keep the pacer until every deferred reply has been queued at its time.
+    let pacer = conn.pacer.take();
     drop(conn);
     if let Ok(p) = shared.paced.acquire_many(paced_budget).await {
-        // Every deferred reply has been queued.
         p.forget();
     }
+    drop(pacer);
     shared.state.lock().closed = true;
     shared.data_ready.notify_one();
     let wres = match tokio::time::timeout(DRAIN_TIMEOUT, &mut writer).await {

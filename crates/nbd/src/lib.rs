@@ -32,16 +32,20 @@
 //! * **Out-of-order replies in emulation mode.** An export with a pacing clock
 //!   ([`Export::pace`]) is an emulated SSD whose device calls return modelled
 //!   completion times. The reader still executes every call at once, but a reply
-//!   that is not due yet is handed to a task that sleeps until its completion time
-//!   and then queues it; the client matches replies by cookie. A fast request thus
-//!   never waits behind a slow one, as on a real SSD.
+//!   that is not due yet is handed to the connection's pacer thread, which queues
+//!   it when its completion time comes; the client matches replies by cookie. A
+//!   fast request thus never waits behind a slow one, as on a real SSD. The pacer
+//!   is a thread with microsecond timer slack rather than `tokio::time::sleep`,
+//!   whose 1 ms tick would add about a millisecond to every emulated I/O.
 //! * **Bounded resources.** Option data is limited to 64 KiB, payloads to
-//!   [`ServerConfig::max_payload`], queued output to a few MiB and deferred replies
+//!   [`ServerConfig::max_payload`], queued output to about 1 MiB and deferred replies
 //!   to [`ServerConfig::max_inflight_bytes`] per connection: a hostile client can
 //!   only slow itself down. A write whose announced payload is too large cannot be
 //!   resynchronised, so it ends the connection; a write that is merely invalid has
 //!   its payload consumed and gets an error. A write reaches the device only after
 //!   its whole payload has arrived.
+
+#![warn(missing_docs)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,6 +60,7 @@ use tokio::task::JoinSet;
 mod conn;
 mod handshake;
 mod inbuf;
+mod pacer;
 pub mod proto;
 
 /// One export: a named block device, optionally paced by a clock.

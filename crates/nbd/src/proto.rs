@@ -665,7 +665,7 @@ fn in_range(offset: u64, len: u32, size: u64) -> bool {
 
 fn aligned(offset: u64, len: u32, min: u32) -> bool {
     let m = u64::from(min.max(1));
-    offset % m == 0 && u64::from(len) % m == 0
+    offset.is_multiple_of(m) && u64::from(len).is_multiple_of(m)
 }
 
 /// Judges a request header against the export's limits. This is the single place
@@ -1215,7 +1215,7 @@ mod tests {
             let e = effective_block_sizes(bs(a, b, c), p);
             assert!(e.minimum.is_power_of_two() && e.minimum <= 65536);
             assert!(e.preferred.is_power_of_two() && e.preferred >= e.minimum);
-            assert!(e.maximum % e.minimum == 0 && e.maximum <= p.max(e.minimum));
+            assert!(e.maximum.is_multiple_of(e.minimum) && e.maximum <= p.max(e.minimum));
         }
     }
 

@@ -166,8 +166,8 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        if x % 17 == 0 {
-            v.extend(std::iter::repeat(0).take(70_000));
+        if x.is_multiple_of(17) {
+            v.extend(std::iter::repeat_n(0, 70_000));
         } else {
             v.extend_from_slice(&x.to_le_bytes());
         }
