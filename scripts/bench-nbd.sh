@@ -23,6 +23,7 @@ mode = "fast"
 [[devices]]
 name = "ssd0"
 backend = "memory"
+prefault = true
 [[vssds]]
 name = "bench"
 channels = 8'

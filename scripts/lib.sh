@@ -26,7 +26,7 @@ socket = "$SOCK"
 TOML
   "$BIN" serve --config "$dir/flexssd.toml" > "$dir/daemon.log" 2>&1 &
   DAEMON_PID=$!
-  for _ in $(seq 1 200); do
+  for _ in $(seq 1 2400); do
     if [ -S "$SOCK" ] && curl -fs "$API/v1/vssds" >/dev/null 2>&1; then return 0; fi
     if ! kill -0 "$DAEMON_PID" 2>/dev/null; then cat "$dir/daemon.log" >&2; return 1; fi
     sleep 0.05

@@ -26,7 +26,7 @@ use axum::body::Bytes;
 use axum::extract::{Path as UrlPath, State};
 use axum::http::{header, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use control::{Config, ControlError, ErrorKind, HostManager, Mode, VssdInfo, VssdSpec, VssdStats};
 use serde::{Deserialize, Serialize};
@@ -133,6 +133,7 @@ pub fn router(mgr: Arc<HostManager>, info: Info) -> Router {
         .route("/v1/vssds", get(list_vssds).post(create_vssd))
         .route("/v1/vssds/:name", get(get_vssd).delete(delete_vssd))
         .route("/v1/vssds/:name/stats", get(get_vssd_stats))
+        .route("/v1/vssds/:name/latency/reset", post(reset_latency))
         .route("/v1/stats", get(get_stats))
         .route("/metrics", get(get_metrics))
         .fallback(not_found)
@@ -200,6 +201,17 @@ async fn get_vssd_stats(
     UrlPath(name): UrlPath<String>,
 ) -> ApiResult<Json<VssdStats>> {
     Ok(Json(blocking(&st, move |m| m.vssd_stats(&name)).await?))
+}
+
+/// Starts a new window for the vSSD's modelled-latency percentiles
+/// (`stats.io.read_latency` / `write_latency`; recorded in emulation mode).
+async fn reset_latency(
+    State(st): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let n = name.clone();
+    blocking(&st, move |m| m.reset_latency(&n)).await?;
+    Ok(Json(serde_json::json!({ "reset": name })))
 }
 
 async fn delete_vssd(

@@ -177,6 +177,36 @@ impl Collector for HostCollector {
             "vssd",
             &g(&|s| s.write_amplification),
         )?;
+        for (name, help, f) in [
+            (
+                "flexssd_vssd_read_latency_p50_seconds",
+                "Modelled read latency, median (emulation mode; since the last latency reset)",
+                (|s: &control::VssdStats| s.io.read_latency.p50_ns)
+                    as fn(&control::VssdStats) -> u64,
+            ),
+            (
+                "flexssd_vssd_read_latency_p99_seconds",
+                "Modelled read latency, 99th percentile (emulation mode)",
+                |s| s.io.read_latency.p99_ns,
+            ),
+            (
+                "flexssd_vssd_read_latency_p999_seconds",
+                "Modelled read latency, 99.9th percentile (emulation mode)",
+                |s| s.io.read_latency.p999_ns,
+            ),
+            (
+                "flexssd_vssd_write_latency_p50_seconds",
+                "Modelled write latency, median (emulation mode)",
+                |s| s.io.write_latency.p50_ns,
+            ),
+            (
+                "flexssd_vssd_write_latency_p99_seconds",
+                "Modelled write latency, 99th percentile (emulation mode)",
+                |s| s.io.write_latency.p99_ns,
+            ),
+        ] {
+            gauges(e, name, help, "vssd", &g(&|s| f(s) as f64 / 1e9))?;
+        }
         gauges(
             e,
             "flexssd_vssd_free_blocks",

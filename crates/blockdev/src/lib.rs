@@ -14,10 +14,12 @@ use std::sync::Arc;
 
 pub use clock::Nanos;
 
+mod hist;
 mod layer;
 mod mem;
 mod stats;
 
+pub use hist::{Histogram, LatencySummary};
 pub use layer::{Layer, Layered};
 pub use mem::MemDev;
 pub use stats::{IoStats, StatsLayer, StatsSnapshot};

@@ -53,6 +53,9 @@ backend = "file"
 # Data file of a file-backed device. Default: <data_dir>/<name>.flash
 # path = "./flexssd-data/ssd0.flash"
 
+# Memory backend only: allocate all its memory at start-up, so first writes in
+# emulation mode are not slowed by the host faulting memory in.
+# prefault = false
 [devices.geometry]
 channels = 16
 dies_per_channel = 4
@@ -206,6 +209,11 @@ pub struct DeviceConfig {
     /// Latencies. Default [`Timing::default`].
     #[serde(default)]
     pub timing: Timing,
+    /// Memory backend only: allocate all of the device's memory at start-up, so
+    /// that first writes in emulation mode are not slowed by the host faulting in
+    /// memory. Default `false`.
+    #[serde(default)]
+    pub prefault: bool,
 }
 
 /// A vSSD to create: an entry of `[[vssds]]` in the config, the body of
@@ -286,6 +294,12 @@ impl Config {
             if !names.insert(d.name.as_str()) {
                 return cfg_err(format!(
                     "devices[{i}].name: device {:?} is defined twice",
+                    d.name
+                ));
+            }
+            if d.prefault && d.backend != BackendKind::Memory {
+                return cfg_err(format!(
+                    "devices[{i}].prefault (device {}): only the memory backend can be prefaulted",
                     d.name
                 ));
             }
@@ -453,6 +467,16 @@ mod tests {
         assert_eq!(c.vssds[0].gc, GcPolicyKind::CostBenefit);
         assert_eq!(c.vssds[1].blocks, Some(BlockRange { start: 0, end: 8 }));
         assert_eq!(c.vssds[1].capacity, Some(ByteSize(65536)));
+    }
+
+    #[test]
+    fn prefault_only_for_memory_devices() {
+        let e = err("[[devices]]\nname = \"a\"\nbackend = \"file\"\nprefault = true\n");
+        assert!(e.contains("devices[0].prefault"), "{e}");
+        let c =
+            Config::from_toml("[[devices]]\nname = \"a\"\nbackend = \"memory\"\nprefault = true\n")
+                .unwrap();
+        assert!(c.devices[0].prefault);
     }
 
     fn err(text: &str) -> String {

@@ -260,6 +260,17 @@ impl HostManager {
                         source,
                     }
                 })?;
+            if config
+                .devices
+                .iter()
+                .any(|d| d.name == rec.name && d.prefault)
+            {
+                dev.prefault().map_err(|source| ControlError::Flash {
+                    device: rec.name.clone(),
+                    source,
+                })?;
+                info!(device = %rec.name, "prefaulted the device's memory");
+            }
             info!(device = %rec.name, backend = ?rec.backend, "opened flash device");
             entries.push(DeviceEntry {
                 rec,
@@ -386,7 +397,13 @@ impl HostManager {
     fn insert_entry(&self, rec: VssdRecord, vssd: Arc<Vssd>) {
         let io = Arc::new(IoStats::default());
         let inner: Arc<dyn BlockDev> = vssd.clone();
-        let export: Arc<dyn BlockDev> = Arc::new(Layered(StatsLayer::new(inner, io.clone())));
+        let mut layer = StatsLayer::new(inner, io.clone());
+        if self.mode == Mode::Emulation {
+            // Device timelines follow the clock only in emulation mode, so only
+            // there is the modelled latency meaningful.
+            layer = layer.timed(self.clock.clone());
+        }
+        let export: Arc<dyn BlockDev> = Arc::new(Layered(layer));
         self.state.write().vssds.insert(
             rec.name.clone(),
             VssdEntry {
@@ -743,6 +760,18 @@ impl HostManager {
             .filter(|e| e.rec.state == VssdState::Active)
             .ok_or_else(|| ControlError::NoSuchVssd(name.into()))?;
         Ok(Self::stats_of(e))
+    }
+
+    /// Starts a new window for a vSSD's modelled-latency percentiles.
+    pub fn reset_latency(&self, name: &str) -> Result<()> {
+        let st = self.state.read();
+        let e = st
+            .vssds
+            .get(name)
+            .filter(|e| e.rec.state == VssdState::Active)
+            .ok_or_else(|| ControlError::NoSuchVssd(name.into()))?;
+        e.io.reset_latency();
+        Ok(())
     }
 
     fn device_info(st: &State, d: &DeviceEntry) -> DeviceInfo {

@@ -268,6 +268,12 @@ impl FlashDevice {
         self.store.erase_count(b)
     }
 
+    /// Allocates all of a memory-backed device's memory up front (see the
+    /// `prefault` device setting); an error for the file backend.
+    pub fn prefault(&self) -> Result<()> {
+        self.store.prefault()
+    }
+
     /// Makes everything programmed so far durable (msync for the file backend).
     pub fn sync(&self) -> Result<()> {
         self.store.sync()
@@ -386,6 +392,28 @@ mod tests {
         assert!(d.program(0, &page[..100], &rec(0, 1), 0).is_err());
         assert!(d.read(u64::MAX, 0, &mut buf, 0).is_err());
         assert!(d.erase(1_000, 0).is_err());
+    }
+
+    #[test]
+    fn prefault_keeps_memory_zero_and_refuses_files() {
+        let d = FlashDevice::memory(small(), Timing::default()).unwrap();
+        d.prefault().unwrap();
+        assert_eq!(d.write_ptr(0), 0);
+        assert_eq!(d.oob(0), None);
+        let dir = tempfile::tempdir().unwrap();
+        let f = FlashDevice::open(
+            &Backend::File {
+                path: dir.path().join("f"),
+            },
+            small(),
+            Timing::default(),
+        )
+        .unwrap();
+        assert!(f
+            .prefault()
+            .unwrap_err()
+            .to_string()
+            .contains("memory backend only"));
     }
 
     #[test]

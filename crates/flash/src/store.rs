@@ -243,6 +243,32 @@ impl Store {
         Ok(())
     }
 
+    /// Faults in every page of a memory backend now, so that the first write to
+    /// each flash page does not pay for the host allocating and zeroing memory. On
+    /// virtual machines that cost dominated the emulator's CPU time (perf: 90% in
+    /// `clear_page` at 230 MB/s), which would distort emulation-mode timing.
+    pub(crate) fn prefault(&self) -> Result<()> {
+        if self.data_file.is_some() {
+            return Err(FlashError::BadGeometry(
+                "prefault applies to the memory backend only (it would allocate the whole sparse file)".into(),
+            ));
+        }
+        for m in [&self.data, &self.meta] {
+            // SAFETY: advice on our own anonymous mapping, in bounds.
+            let r = unsafe {
+                libc::madvise(m.as_mut_ptr() as *mut _, m.len(), libc::MADV_POPULATE_WRITE)
+            };
+            if r != 0 {
+                // Kernels before 5.14: touch every page instead (the bytes are zero).
+                for off in (0..m.len()).step_by(4096) {
+                    // SAFETY: in bounds; writes the zero the page already holds.
+                    unsafe { std::ptr::write_volatile(m.as_mut_ptr().add(off), 0) };
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn sync(&self) -> Result<()> {
         if self.data_file.is_some() {
             self.data.flush()?;
