@@ -4,10 +4,14 @@
 # alternating workloads so machine noise hits both alike. Prints a Markdown table
 # with IOPS, p99 latency and the flexssd/nbdkit ratio.
 #
-#   scripts/bench-nbd.sh [RUNTIME_SECONDS]   (default 10 s per workload and server)
+# Each workload runs REPS times per server, alternating servers, and the median of
+# each is reported (the machine is noisy: single runs of nbdkit varied 2x).
+#
+#   scripts/bench-nbd.sh [RUNTIME_SECONDS [REPS]]   (default 5 s, 3 repetitions)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUNTIME=${1:-10}
+RUNTIME=${1:-5}
+REPS=${2:-3}
 cargo build --release -q -p flexssd
 BIN=$PWD/target/release/flexssd
 . scripts/lib.sh
@@ -66,15 +70,24 @@ PY
 printf '| workload | flexssd IOPS | nbdkit IOPS | ratio | flexssd p99 µs | nbdkit p99 µs |\n|---|---:|---:|---:|---:|---:|\n'
 for row in "${rows[@]}"; do
   name=${row%%|*}; args=${row#*|}
-  # shellcheck disable=SC2086
-  fio_json "$WORK/fx.json" --name=b --ioengine=nbd --uri="$FX" $args --size=$SIZE --time_based --runtime="$RUNTIME" --group_reporting --percentile_list=99
-  # shellcheck disable=SC2086
-  fio_json "$WORK/nk.json" --name=b --ioengine=nbd --uri="$NK" $args --size=$SIZE --time_based --runtime="$RUNTIME" --group_reporting --percentile_list=99
-  read -r fi fp < <(summ "$WORK/fx.json")
-  read -r ni np < <(summ "$WORK/nk.json")
+  fxs=(); nks=()
+  for r in $(seq "$REPS"); do
+    # shellcheck disable=SC2086
+    fio_json "$WORK/fx$r.json" --name=b --ioengine=nbd --uri="$FX" $args --size=$SIZE --time_based --runtime="$RUNTIME" --group_reporting --percentile_list=99
+    # shellcheck disable=SC2086
+    fio_json "$WORK/nk$r.json" --name=b --ioengine=nbd --uri="$NK" $args --size=$SIZE --time_based --runtime="$RUNTIME" --group_reporting --percentile_list=99
+    fxs+=("$(summ "$WORK/fx$r.json")"); nks+=("$(summ "$WORK/nk$r.json")")
+  done
+  med() { printf '%s\n' "$@" | sort -n -k1,1 | sed -n "$(( ($# + 1) / 2 ))p"; }
+  read -r fi fp < <(med "${fxs[@]}")
+  read -r ni np < <(med "${nks[@]}")
   ratio=$(python3 -c "print(f'{$fi/$ni:.2f}')")
   printf '| %s | %s | %s | %s | %s | %s |\n' "$name" "$fi" "$ni" "$ratio" "$fp" "$np"
 done
 echo
-echo "flexssd FTL after the run:"
-curl -fs "$API/v1/vssds/bench" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps(d.get("stats", d), indent=1)[:1500])'
+curl -fs "$API/v1/vssds/bench/stats" | python3 -c '
+import json,sys
+f=json.load(sys.stdin)["ftl"]
+wa=f["flash_pages_written"]/max(1,f["host_pages_written"])
+gc, moved, lo, hi = f["gc_runs"], f["gc_pages_moved"], f["min_erase_count"], f["max_erase_count"]
+print(f"flexssd FTL after the run: write amplification {wa:.2f}, GC runs {gc}, pages moved by GC {moved}, erase counts {lo}..{hi}")'

@@ -27,6 +27,17 @@ impl Bus {
             self.busy.pop_front();
         }
         let mut t = ready.max(self.floor);
+        // Common case (and the only one once timelines run ahead in fast mode):
+        // the transfer goes after everything already booked.
+        if self.busy.back().is_none_or(|&(_, e)| e <= t) {
+            self.busy.push_back((t, t + dur));
+            if self.busy.len() > BUS_WINDOW {
+                if let Some((_, e)) = self.busy.pop_front() {
+                    self.floor = self.floor.max(e);
+                }
+            }
+            return t + dur;
+        }
         let mut idx = self.busy.len();
         for (i, &(s, e)) in self.busy.iter().enumerate() {
             if t + dur <= s {
