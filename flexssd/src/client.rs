@@ -103,25 +103,7 @@ fn json<T: Serialize>(v: &T) -> Result<()> {
 }
 
 fn channels(ch: &[u32]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < ch.len() {
-        let mut j = i;
-        while j + 1 < ch.len() && ch[j + 1] == ch[j] + 1 {
-            j += 1;
-        }
-        out.push(if i == j {
-            ch[i].to_string()
-        } else {
-            format!("{}-{}", ch[i], ch[j])
-        });
-        i = j + 1;
-    }
-    if out.is_empty() {
-        "-".into()
-    } else {
-        out.join(",")
-    }
+    control::channel_list(ch)
 }
 
 fn gc_name(gc: ftl::GcPolicyKind) -> &'static str {

@@ -27,6 +27,8 @@ pub use config::{
     DEFAULT_CONFIG,
 };
 pub use error::{ControlError, ErrorKind, Result};
-pub use manager::{DeviceInfo, EraseCounts, HostManager, HostStats, VssdInfo, VssdStats};
+pub use manager::{
+    channel_list, DeviceInfo, EraseCounts, HostManager, HostStats, VssdInfo, VssdStats,
+};
 pub use size::{format_size, parse_size, BlockRange, ByteSize};
 pub use store::{ControlStore, DeviceRecord, VssdRecord, VssdState};

@@ -199,8 +199,8 @@ fn range_of(e: &Extent) -> BlockRange {
     }
 }
 
-/// A compact description of a channel list: `0-3,6`.
-fn channel_list(ch: &[u32]) -> String {
+/// A compact description of a sorted channel list: `0-3,6` (`-` when empty).
+pub fn channel_list(ch: &[u32]) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut i = 0;
     while i < ch.len() {
@@ -214,6 +214,9 @@ fn channel_list(ch: &[u32]) -> String {
             format!("{}-{}", ch[i], ch[j])
         });
         i = j + 1;
+    }
+    if out.is_empty() {
+        return "-".into();
     }
     out.join(",")
 }

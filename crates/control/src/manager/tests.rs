@@ -602,7 +602,7 @@ fn two_managers_in_one_process() {
 fn channel_lists_are_compact() {
     assert_eq!(channel_list(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
     assert_eq!(channel_list(&[5]), "5");
-    assert_eq!(channel_list(&[]), "");
+    assert_eq!(channel_list(&[]), "-");
 }
 
 #[test]
