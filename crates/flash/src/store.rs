@@ -254,7 +254,13 @@ impl Store {
             ));
         }
         for m in [&self.data, &self.meta] {
+            // Huge pages first: with the memory faulted in up front their zeroing
+            // cost is paid here, and the scattered page reads that follow random
+            // writes miss the TLB far less. (Without prefault they stall the data
+            // path zeroing 2 MiB at a time, which measured slower.) Advisory.
             // SAFETY: advice on our own anonymous mapping, in bounds.
+            unsafe { libc::madvise(m.as_mut_ptr() as *mut _, m.len(), libc::MADV_HUGEPAGE) };
+            // SAFETY: as above.
             let r = unsafe {
                 libc::madvise(m.as_mut_ptr() as *mut _, m.len(), libc::MADV_POPULATE_WRITE)
             };

@@ -1015,6 +1015,14 @@ impl BlockDev for Vssd {
             let at = offset + pos as u64;
             let off = (at % ps) as usize;
             let n = (self.page_size - off).min(buf.len() - pos);
+            // Start loading the next page while this one is copied (pages of one
+            // request are scattered once random writes have moved them).
+            if pos + n < buf.len() {
+                let next = g.l2p[(at / ps + 1) as usize];
+                if next != UNMAPPED {
+                    self.dev.prefetch(self.global_page(&g, next));
+                }
+            }
             done = done.max(self.read_part(&mut g, at / ps, off, &mut buf[pos..pos + n], now)?);
             pos += n;
         }
