@@ -191,3 +191,43 @@ fn fio_verify_crc32c_single_and_multi_conn() {
         assert!(!text.contains("verify: bad"), "{text}");
     }
 }
+
+#[test]
+fn nbd_over_localhost_tcp() {
+    require!(
+        have("nbdinfo") && have("qemu-io"),
+        "nbdinfo or qemu-io is not installed"
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // The harness writes the [nbd] table itself: TCP goes on the command line.
+    let d = Daemon::start_with_args(SMALL_DEVICE, &["--nbd-tcp", &format!("127.0.0.1:{port}")]);
+    let uri = format!("nbd://127.0.0.1:{port}/default");
+    let out = run("nbdinfo", &["--size", &uri]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        (216u64 << 20).to_string()
+    );
+    let out = run(
+        "qemu-io",
+        &[
+            "-f",
+            "raw",
+            "-c",
+            "write -P 0x5a 0 256k",
+            "-c",
+            "read -P 0x5a 0 256k",
+            &uri,
+        ],
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("Pattern verification failed"));
+    // The same bytes through the unix socket.
+    let out = run(
+        "qemu-io",
+        &["-f", "raw", "-c", "read -P 0x5a 0 256k", &d.uri("default")],
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("Pattern verification failed"));
+}

@@ -268,7 +268,9 @@ impl FlashDevice {
             for off in (0..self.geo.page_size as usize).step_by(64) {
                 // SAFETY: in-bounds address of our mapping; a prefetch never faults.
                 unsafe {
-                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(base.add(off) as *const i8)
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                        base.add(off) as *const i8,
+                    )
                 };
             }
         }

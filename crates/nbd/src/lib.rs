@@ -251,29 +251,16 @@ impl Server {
         listener: UnixListener,
         shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<()> {
-        let mut conns = JoinSet::new();
-        let mut stop = Some(shutdown.clone());
-        loop {
-            tokio::select! {
-                biased;
-                _ = conn::wait_shutdown(&mut stop) => break,
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                r = listener.accept() => match r {
-                    Ok((stream, _)) => {
-                        if let Some(bytes) = self.inner.config.unix_send_buffer {
-                            set_send_buffer(&stream, bytes);
-                        }
-                        let (rd, wr) = stream.into_split();
-                        let inner = self.inner.clone();
-                        let sd = Some(shutdown.clone());
-                        conns.spawn(async move { log_end(inner.connection(rd, wr, sd).await) });
-                    }
-                    Err(e) => accept_failed(e).await,
-                },
+        let sndbuf = self.inner.config.unix_send_buffer;
+        let l = &listener;
+        let accept = move || async move {
+            let (stream, _) = l.accept().await?;
+            if let Some(bytes) = sndbuf {
+                set_send_buffer(&stream, bytes);
             }
-        }
-        self.drain(conns).await;
-        Ok(())
+            Ok(stream.into_split())
+        };
+        self.accept_loop(accept, shutdown).await
     }
 
     /// Accepts connections on a TCP socket; otherwise as [`Server::serve_unix`].
@@ -282,6 +269,32 @@ impl Server {
         listener: TcpListener,
         shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<()> {
+        let l = &listener;
+        let accept = move || async move {
+            let (stream, peer) = l.accept().await?;
+            // Replies are batched by the writer; Nagle would only delay the last
+            // one of each batch.
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(%peer, "set_nodelay failed: {e}");
+            }
+            Ok(stream.into_split())
+        };
+        self.accept_loop(accept, shutdown).await
+    }
+
+    /// The accept loop shared by every listener kind: `accept` yields the two
+    /// halves of a new, configured connection.
+    async fn accept_loop<F, Fut, R, W>(
+        &self,
+        mut accept: F,
+        shutdown: watch::Receiver<bool>,
+    ) -> std::io::Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = std::io::Result<(R, W)>>,
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let mut conns = JoinSet::new();
         let mut stop = Some(shutdown.clone());
         loop {
@@ -289,14 +302,8 @@ impl Server {
                 biased;
                 _ = conn::wait_shutdown(&mut stop) => break,
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                r = listener.accept() => match r {
-                    Ok((stream, peer)) => {
-                        // Replies are batched by the writer; Nagle would only
-                        // delay the last one of each batch.
-                        if let Err(e) = stream.set_nodelay(true) {
-                            tracing::debug!(%peer, "set_nodelay failed: {e}");
-                        }
-                        let (rd, wr) = stream.into_split();
+                r = accept() => match r {
+                    Ok((rd, wr)) => {
                         let inner = self.inner.clone();
                         let sd = Some(shutdown.clone());
                         conns.spawn(async move { log_end(inner.connection(rd, wr, sd).await) });

@@ -29,6 +29,7 @@ channels = 4
 pub struct Daemon {
     pub dir: tempfile::TempDir,
     pub child: Option<Child>,
+    pub args: Vec<String>,
     pub api: String,
     pub sock: PathBuf,
     pub config: PathBuf,
@@ -75,6 +76,11 @@ fn free_port() -> u16 {
 impl Daemon {
     /// Starts a daemon whose config is `body` plus data dir, API and socket.
     pub fn start(body: &str) -> Daemon {
+        Self::start_with_args(body, &[])
+    }
+
+    /// Like [`Daemon::start`], with extra `flexssd serve` arguments.
+    pub fn start_with_args(body: &str, args: &[&str]) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("flexssd-test")
             .tempdir()
@@ -91,6 +97,7 @@ impl Daemon {
         let mut d = Daemon {
             dir,
             child: None,
+            args: args.iter().map(|s| s.to_string()).collect(),
             api: format!("http://127.0.0.1:{port}"),
             sock,
             config,
@@ -109,6 +116,7 @@ impl Daemon {
             .arg("serve")
             .arg("--config")
             .arg(&self.config)
+            .args(&self.args)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
