@@ -54,12 +54,6 @@ impl Bus {
         }
         t + dur
     }
-
-    fn free_at(&self) -> Nanos {
-        self.busy
-            .back()
-            .map_or(self.floor, |&(_, e)| e.max(self.floor))
-    }
 }
 
 /// Per-channel state: the bus and die timelines, and each block's write pointer.
@@ -320,17 +314,6 @@ impl FlashDevice {
             page_programs: self.programs.load(Relaxed),
             block_erases: self.erases.load(Relaxed),
         }
-    }
-
-    /// When channel `ch`'s bus and busiest die are next free (for tests and metrics).
-    pub fn channel_busy_until(&self, ch: u32) -> Nanos {
-        let c = self.channels[ch as usize].lock();
-        c.die_free
-            .iter()
-            .copied()
-            .max()
-            .unwrap_or(0)
-            .max(c.bus.free_at())
     }
 }
 

@@ -5,8 +5,6 @@
 //! page's owner, the logical page it holds, a sequence number that orders all of an
 //! owner's writes, and its kind. A CRC makes a torn record read as "not programmed".
 
-use crate::{FlashError, Result};
-
 /// Bytes of out-of-band data per page.
 pub const OOB_SIZE: usize = 32;
 const MAGIC: u32 = 0x4F4F_4246; // "FBOO"
@@ -66,14 +64,6 @@ impl Oob {
             lba: u64::from_le_bytes(b[8..16].try_into().ok()?),
             seq: u64::from_le_bytes(b[16..24].try_into().ok()?),
             kind,
-        })
-    }
-
-    /// Parses a record that must be present.
-    pub fn decode_required(b: &[u8]) -> Result<Oob> {
-        Oob::decode(b).ok_or(FlashError::BadLength {
-            expected: OOB_SIZE,
-            got: b.len(),
         })
     }
 }
