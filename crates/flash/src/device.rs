@@ -434,6 +434,32 @@ mod tests {
     }
 
     #[test]
+    fn erased_pages_cannot_be_read_and_file_bytes_are_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let f = FlashDevice::open(
+            &Backend::File { path: path.clone() },
+            small(),
+            Timing::default(),
+        )
+        .unwrap();
+        f.program(0, &vec![0xAB; 4096], &rec(0, 1), 0).unwrap();
+        f.sync().unwrap();
+        f.erase(0, 0).unwrap();
+        f.sync().unwrap();
+        let mut buf = vec![0u8; 4096];
+        assert!(matches!(
+            f.read(0, 0, &mut buf, 0),
+            Err(FlashError::ReadErased { .. })
+        ));
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(
+            bytes[..4096].iter().all(|&x| x == 0),
+            "erased data must leave the file"
+        );
+    }
+
+    #[test]
     fn erased_data_is_gone() {
         let d = FlashDevice::memory(small(), Timing::default()).unwrap();
         d.program(0, &vec![0xAB; 4096], &rec(0, 1), 0).unwrap();
