@@ -1,0 +1,348 @@
+//! Streaming readers of block I/O traces.
+//!
+//! Every format is read line by line from any [`BufRead`] with one reused line
+//! buffer, and yields `Result<Request, TraceError>`. Blank lines and lines
+//! starting with `#` are skipped in every format; a header line, where the
+//! format has one, is validated and skipped.
+//!
+//! | [`Format`] | time unit | offset / length unit | volume |
+//! |---|---|---|---|
+//! | `msr` | Windows filetime (100 ns), made relative to the first request | bytes | disk number |
+//! | `tencent` | seconds | 512-byte sectors | volume id |
+//! | `systor` | seconds (decimal) | bytes | LUN |
+//! | `cloudphysics` | seconds | size bytes, lbn 512-byte sectors | 0 |
+//! | `disksim` | nanoseconds (MQSim ASCII) | 512-byte sectors | device |
+//! | `fio-iolog` | v3: milliseconds, v2: none (0) | bytes | file, by first appearance |
+//! | `blkparse` | seconds (decimal) | 512-byte sectors | `major,minor`, by first appearance |
+
+mod formats;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+pub use formats::{Blkparse, CloudPhysics, DiskSim, FioIolog, LineParser, Msr, Systor, Tencent};
+
+/// Size of a sector in the sector-addressed formats.
+pub const SECTOR: u64 = 512;
+
+/// Direction of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    Read,
+    Write,
+}
+
+/// One block I/O request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Request {
+    /// Arrival time in nanoseconds (see the format table for the origin).
+    pub time_ns: u64,
+    /// Device / LUN / volume id; 0 where the format has none.
+    pub volume: u32,
+    pub op: Op,
+    /// Byte offset.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// What is wrong with one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineError {
+    #[error("expected {expected} columns, found {found}")]
+    ColumnCount { expected: String, found: usize },
+    #[error("unparsable {field} {value:?}")]
+    BadNumber { field: &'static str, value: String },
+    #[error("negative {field} {value:?}")]
+    Negative { field: &'static str, value: String },
+    #[error("{field} {value:?} overflows")]
+    Overflow { field: &'static str, value: String },
+    #[error("unknown op code {value:?}")]
+    UnknownOp { value: String },
+    #[error("bad header {found:?}, expected {expected:?}")]
+    BadHeader { expected: String, found: String },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// An error reading a trace; always names the source and, where it applies,
+/// the 1-based line number.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("{src}:{line}: {kind}")]
+    Line {
+        src: String,
+        line: u64,
+        kind: LineError,
+    },
+    #[error("{src}:{line}: I/O error: {err}")]
+    Io {
+        src: String,
+        line: u64,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("{src}: cannot open: {err}")]
+    Open {
+        src: String,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("bad trace spec {spec:?}: {reason}")]
+    Spec { spec: String, reason: String },
+}
+
+impl TraceError {
+    /// The 1-based line number, where the error has one.
+    pub fn line(&self) -> Option<u64> {
+        match self {
+            TraceError::Line { line, .. } | TraceError::Io { line, .. } => Some(*line),
+            _ => None,
+        }
+    }
+
+    /// What is wrong with the line, for line errors.
+    pub fn kind(&self) -> Option<&LineError> {
+        match self {
+            TraceError::Line { kind, .. } => Some(kind),
+            _ => None,
+        }
+    }
+}
+
+/// The trace formats this crate reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    Msr,
+    Tencent,
+    Systor,
+    CloudPhysics,
+    DiskSim,
+    FioIolog,
+    Blkparse,
+}
+
+impl Format {
+    pub const ALL: [Format; 7] = [
+        Format::Msr,
+        Format::Tencent,
+        Format::Systor,
+        Format::CloudPhysics,
+        Format::DiskSim,
+        Format::FioIolog,
+        Format::Blkparse,
+    ];
+
+    /// The name used in specs (`msr`, `fio-iolog`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Msr => "msr",
+            Format::Tencent => "tencent",
+            Format::Systor => "systor",
+            Format::CloudPhysics => "cloudphysics",
+            Format::DiskSim => "disksim",
+            Format::FioIolog => "fio-iolog",
+            Format::Blkparse => "blkparse",
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Format {
+    type Err = TraceError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Format::ALL
+            .into_iter()
+            .find(|f| f.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| TraceError::Spec {
+                spec: s.to_string(),
+                reason: format!(
+                    "unknown format, expected one of: {}",
+                    Format::ALL.map(Format::name).join(", ")
+                ),
+            })
+    }
+}
+
+/// A boxed stream of requests, as returned by [`open`].
+pub type BoxedTrace = Box<dyn Iterator<Item = Result<Request, TraceError>>>;
+
+/// Streaming reader: drives a per-format [`LineParser`] over a [`BufRead`].
+pub struct TraceReader<R, P> {
+    input: R,
+    parser: P,
+    src: String,
+    line_no: u64,
+    buf: String,
+    done: bool,
+}
+
+impl<R: BufRead, P: LineParser> TraceReader<R, P> {
+    /// `src` names the input in errors (a path, or `"<stream>"`).
+    pub fn new(input: R, parser: P, src: impl Into<String>) -> Self {
+        TraceReader {
+            input,
+            parser,
+            src: src.into(),
+            line_no: 0,
+            buf: String::new(),
+            done: false,
+        }
+    }
+
+    /// The 1-based number of the last line read.
+    pub fn line_no(&self) -> u64 {
+        self.line_no
+    }
+}
+
+impl<R: BufRead, P: LineParser> Iterator for TraceReader<R, P> {
+    type Item = Result<Request, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            self.buf.clear();
+            self.line_no += 1;
+            match self.input.read_line(&mut self.buf) {
+                Ok(0) => {
+                    self.done = true;
+                    return None;
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    self.done = true;
+                    return Some(Err(TraceError::Io {
+                        src: self.src.clone(),
+                        line: self.line_no,
+                        err,
+                    }));
+                }
+            }
+            let line = self.buf.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            match self.parser.parse_line(line) {
+                Ok(Some(req)) => return Some(Ok(req)),
+                Ok(None) => continue,
+                Err(kind) => {
+                    return Some(Err(TraceError::Line {
+                        src: self.src.clone(),
+                        line: self.line_no,
+                        kind,
+                    }))
+                }
+            }
+        }
+        None
+    }
+}
+
+/// A reader of `format` over any `BufRead`; `src` names it in errors.
+pub fn reader<R: BufRead + 'static>(format: Format, input: R, src: &str) -> BoxedTrace {
+    match format {
+        Format::Msr => Box::new(TraceReader::new(input, Msr::default(), src)),
+        Format::Tencent => Box::new(TraceReader::new(input, Tencent, src)),
+        Format::Systor => Box::new(TraceReader::new(input, Systor::default(), src)),
+        Format::CloudPhysics => Box::new(TraceReader::new(input, CloudPhysics::default(), src)),
+        Format::DiskSim => Box::new(TraceReader::new(input, DiskSim, src)),
+        Format::FioIolog => Box::new(TraceReader::new(input, FioIolog::default(), src)),
+        Format::Blkparse => Box::new(TraceReader::new(input, Blkparse::default(), src)),
+    }
+}
+
+/// Open the file at `path` as a trace of `format`.
+pub fn open(format: Format, path: impl AsRef<Path>) -> Result<BoxedTrace, TraceError> {
+    let path = path.as_ref();
+    let src = path.display().to_string();
+    let file = File::open(path).map_err(|err| TraceError::Open {
+        src: src.clone(),
+        err,
+    })?;
+    Ok(reader(format, BufReader::new(file), &src))
+}
+
+/// Split a `FORMAT:PATH` spec, e.g. `msr:/traces/hm_0.csv`.
+pub fn parse_spec(spec: &str) -> Result<(Format, PathBuf), TraceError> {
+    let (fmt, path) = spec.split_once(':').ok_or_else(|| TraceError::Spec {
+        spec: spec.to_string(),
+        reason: "expected FORMAT:PATH".to_string(),
+    })?;
+    if path.is_empty() {
+        return Err(TraceError::Spec {
+            spec: spec.to_string(),
+            reason: "empty path".to_string(),
+        });
+    }
+    let format = fmt.parse::<Format>().map_err(|e| match e {
+        TraceError::Spec { reason, .. } => TraceError::Spec {
+            spec: spec.to_string(),
+            reason,
+        },
+        other => other,
+    })?;
+    Ok((format, PathBuf::from(path)))
+}
+
+/// Open a trace from a `FORMAT:PATH` spec.
+pub fn open_spec(spec: &str) -> Result<BoxedTrace, TraceError> {
+    let (format, path) = parse_spec(spec)?;
+    open(format, path)
+}
+
+/// Summary of a trace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TraceStats {
+    pub requests: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// Number of distinct volume ids.
+    pub volumes: usize,
+    /// Time of the first and last request in file order.
+    pub first_time_ns: Option<u64>,
+    pub last_time_ns: Option<u64>,
+    /// Smallest and largest time seen (traces are not always sorted).
+    pub min_time_ns: Option<u64>,
+    pub max_time_ns: Option<u64>,
+}
+
+/// Summarise a stream of requests; stops at the first error.
+pub fn stats<I>(iter: I) -> Result<TraceStats, TraceError>
+where
+    I: IntoIterator<Item = Result<Request, TraceError>>,
+{
+    let mut s = TraceStats::default();
+    let mut volumes = HashSet::new();
+    for r in iter {
+        let r = r?;
+        s.requests += 1;
+        match r.op {
+            Op::Read => {
+                s.reads += 1;
+                s.bytes_read = s.bytes_read.saturating_add(r.len);
+            }
+            Op::Write => {
+                s.writes += 1;
+                s.bytes_written = s.bytes_written.saturating_add(r.len);
+            }
+        }
+        volumes.insert(r.volume);
+        s.first_time_ns.get_or_insert(r.time_ns);
+        s.last_time_ns = Some(r.time_ns);
+        s.min_time_ns = Some(s.min_time_ns.map_or(r.time_ns, |m| m.min(r.time_ns)));
+        s.max_time_ns = Some(s.max_time_ns.map_or(r.time_ns, |m| m.max(r.time_ns)));
+    }
+    s.volumes = volumes.len();
+    Ok(s)
+}
