@@ -3,7 +3,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use blockdev::{BlockDev, IoResult, MemDev};
+use blockdev::GuardedWindow;
 use nbd::{Export, MapRegistry, Server, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -11,53 +11,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub const N: u64 = 32 * 1024;
 /// Guard zone on each side of the export.
 pub const G: u64 = 8 * 1024;
-const GUARD: u8 = 0x5a;
 /// The server's payload limit in the fuzzed configuration.
 pub const MAXP: u32 = 4096;
 
-/// An `N`-byte window into a larger MemDev. Offsets are forwarded unchecked
-/// (wrapping), so a request the server failed to bounds-check hits a guard zone.
-pub struct Window {
-    inner: MemDev,
-}
-
-impl Window {
-    pub fn new() -> Self {
-        let inner = MemDev::new(N + 2 * G);
-        inner.write(0, &[GUARD; G as usize], false).unwrap();
-        inner.write(G + N, &[GUARD; G as usize], false).unwrap();
-        Self { inner }
-    }
-
-    pub fn assert_guards_intact(&self) {
-        let mut b = [0u8; G as usize];
-        self.inner.read(0, &mut b).unwrap();
-        assert!(b.iter().all(|&x| x == GUARD), "bytes before the export changed");
-        self.inner.read(G + N, &mut b).unwrap();
-        assert!(b.iter().all(|&x| x == GUARD), "bytes after the export changed");
-    }
-}
-
-impl BlockDev for Window {
-    fn size(&self) -> u64 {
-        N
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
-        self.inner.read(offset.wrapping_add(G), buf)
-    }
-    fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
-        self.inner.write(offset.wrapping_add(G), data, fua)
-    }
-    fn flush(&self) -> IoResult {
-        Ok(0)
-    }
-    fn trim(&self, offset: u64, len: u64) -> IoResult {
-        self.inner.trim(offset.wrapping_add(G), len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
-        self.inner.write_zeroes(offset.wrapping_add(G), len, fua)
-    }
-}
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
@@ -65,10 +21,10 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 }
 
 /// Feeds `input` as the whole client side of one connection to a server that
-/// exports a fresh [`Window`] as "w" (also the default export), discards the
+/// exports a fresh [`GuardedWindow`] as "w" (also the default export), discards the
 /// replies, and checks that the connection ends and the guards are intact.
 pub fn run_connection(input: Vec<u8>) {
-    let dev = Arc::new(Window::new());
+    let dev = Arc::new(GuardedWindow::new(N, G));
     let reg = MapRegistry::new();
     reg.insert(Export { name: "w".into(), description: "fuzz".into(), dev: dev.clone(), pace: None });
     reg.set_default(Some("w"));
@@ -90,7 +46,7 @@ pub fn run_connection(input: Vec<u8>) {
         drop(wr);
         let _ = sink.await;
     });
-    dev.assert_guards_intact();
+    assert!(dev.guards_intact(), "bytes outside the export changed");
 }
 
 /// The client's side of a valid handshake into transmission on the default

@@ -14,11 +14,13 @@ use std::sync::Arc;
 
 pub use clock::Nanos;
 
+mod guarded;
 mod hist;
 mod layer;
 mod mem;
 mod stats;
 
+pub use guarded::GuardedWindow;
 pub use hist::{Histogram, LatencySummary};
 pub use layer::{Layer, Layered};
 pub use mem::MemDev;

@@ -2,15 +2,14 @@
 //! outside the export, and well-formed-but-hostile requests must change exactly
 //! the bytes they address when (and only when) the server reports success.
 //!
-//! The export is a window of `N` bytes in the middle of a larger MemDev, with
-//! guard zones of `G` bytes on both sides. The window device forwards offsets
-//! *without* checking them (wrapping on overflow), so any request the server
-//! failed to bounds-check lands in a guard zone, where the test sees it.
+//! The export is a `blockdev::GuardedWindow` of `N` bytes between guard zones of
+//! `G` bytes; it forwards offsets *without* checking them, so any request the
+//! server failed to bounds-check lands in a guard zone, where the test sees it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use blockdev::{BlockDev, IoResult, MemDev};
+use blockdev::GuardedWindow;
 use nbd::proto::*;
 use nbd::{Export, MapRegistry, Server, ServerConfig};
 use proptest::prelude::*;
@@ -18,58 +17,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const N: u64 = 64 * 1024;
 const G: u64 = 16 * 1024;
-const GUARD: u8 = 0x5a;
 const MAXP: u32 = 8192;
 
-struct Window {
-    inner: MemDev,
-}
-
-impl Window {
-    fn new() -> Self {
-        let inner = MemDev::new(N + 2 * G);
-        inner.write(0, &vec![GUARD; G as usize], false).unwrap();
-        inner.write(G + N, &vec![GUARD; G as usize], false).unwrap();
-        Self { inner }
-    }
-
-    fn guards_intact(&self) -> bool {
-        let mut b = vec![0u8; G as usize];
-        self.inner.read(0, &mut b).unwrap();
-        let low = b.iter().all(|&x| x == GUARD);
-        self.inner.read(G + N, &mut b).unwrap();
-        low && b.iter().all(|&x| x == GUARD)
-    }
-
-    fn window(&self) -> Vec<u8> {
-        let mut b = vec![0u8; N as usize];
-        self.inner.read(G, &mut b).unwrap();
-        b
-    }
-}
-
-impl BlockDev for Window {
-    fn size(&self) -> u64 {
-        N
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
-        self.inner.read(offset.wrapping_add(G), buf)
-    }
-    fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
-        self.inner.write(offset.wrapping_add(G), data, fua)
-    }
-    fn flush(&self) -> IoResult {
-        Ok(0)
-    }
-    fn trim(&self, offset: u64, len: u64) -> IoResult {
-        self.inner.trim(offset.wrapping_add(G), len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
-        self.inner.write_zeroes(offset.wrapping_add(G), len, fua)
-    }
-}
-
-fn server(dev: Arc<Window>) -> Server {
+fn server(dev: Arc<GuardedWindow>) -> Server {
     let reg = MapRegistry::new();
     reg.insert(Export {
         name: "w".into(),
@@ -111,7 +61,7 @@ fn rt() -> tokio::runtime::Runtime {
 
 /// Sends `input` as the whole client stream (then closes it), discards the
 /// replies, and returns once the server's connection task has ended.
-fn blast(dev: Arc<Window>, input: Vec<u8>) {
+fn blast(dev: Arc<GuardedWindow>, input: Vec<u8>) {
     rt().block_on(async move {
         let (client, srv_end) = tokio::io::duplex(64 * 1024);
         let srv = server(dev);
@@ -280,7 +230,7 @@ async fn reply<R: AsyncReadExt + Unpin>(rd: &mut R, read_len: Option<u32>) -> (u
 /// Runs `reqs` against a fresh window export, checking every reply against the
 /// spec and a byte model of the export; returns the final device.
 fn run_requests(reqs: Vec<Req>, structured: bool) -> Result<(), TestCaseError> {
-    let dev = Arc::new(Window::new());
+    let dev = Arc::new(GuardedWindow::new(N, G));
     let srv = server(dev.clone());
     let mut model = vec![0u8; N as usize];
     rt().block_on(async {
@@ -390,7 +340,7 @@ proptest! {
     /// Arbitrary bytes as the whole client stream, from the very first byte.
     #[test]
     fn arbitrary_handshake_bytes(input in proptest::collection::vec(any::<u8>(), 0..2048)) {
-        let dev = Arc::new(Window::new());
+        let dev = Arc::new(GuardedWindow::new(N, G));
         blast(dev.clone(), input);
         prop_assert!(dev.guards_intact());
         prop_assert!(dev.window().iter().all(|&b| b == 0), "nothing could have been written");
@@ -416,7 +366,7 @@ proptest! {
             0..40,
         ),
     ) {
-        let dev = Arc::new(Window::new());
+        let dev = Arc::new(GuardedWindow::new(N, G));
         let mut input = handshake_bytes(structured);
         for p in parts {
             input.extend(p);
