@@ -10,6 +10,10 @@ mod client;
 mod metrics;
 mod plot;
 mod serve;
+mod sim_cache;
+mod sim_sla;
+mod sla_cmd;
+mod trace_cmd;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -50,6 +54,22 @@ enum Command {
     /// Draw plots (SVG) from experiment CSV files.
     #[command(subcommand)]
     Plot(plot::PlotCmd),
+    /// Simulators: the same policy code on a virtual clock, driven by traces.
+    #[command(subcommand)]
+    Sim(SimCmd),
+    /// Inspect block I/O traces.
+    #[command(subcommand)]
+    Trace(trace_cmd::TraceCmd),
+    /// SLA curves (Regulator): measure devices, set tenant curves.
+    Sla(sla_cmd::SlaArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum SimCmd {
+    /// Trace-driven shared SSD cache simulation (GREM, D-GREM and baselines).
+    Cache(sim_cache::CacheArgs),
+    /// SLA-aware placement of tenant curves on storage units (Regulator §6.1).
+    SlaPlacement(sim_sla::PlacementArgs),
 }
 
 /// Options of `flexssd serve`; each overrides the corresponding config setting.
@@ -180,6 +200,10 @@ fn main() -> ExitCode {
         Command::Device(a) => client::device(&client::Client::new(&api_url(&a.client)), &a.cmd),
         Command::Stats(a) => client::stats(&client::Client::new(&api_url(&a.client)), a.json),
         Command::Plot(p) => plot::run(p),
+        Command::Sim(SimCmd::Cache(a)) => sim_cache::run(a),
+        Command::Sim(SimCmd::SlaPlacement(a)) => sim_sla::run(a),
+        Command::Trace(t) => trace_cmd::run(t),
+        Command::Sla(a) => sla_cmd::run(a, &api_url(&a.client)),
         Command::Config(ConfigCmd::Default) => {
             print!("{}", control::DEFAULT_CONFIG);
             Ok(())

@@ -1,0 +1,1 @@
+//! Shared SSD cache management (work in progress).

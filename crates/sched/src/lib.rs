@@ -1,0 +1,1 @@
+//! Regulator scheduler (work in progress).
