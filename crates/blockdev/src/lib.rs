@@ -14,12 +14,14 @@ use std::sync::Arc;
 
 pub use clock::Nanos;
 
+mod gate;
 mod guarded;
 mod hist;
 mod layer;
 mod mem;
 mod stats;
 
+pub use gate::{Admit, Dir, Gate};
 pub use guarded::GuardedWindow;
 pub use hist::{Histogram, LatencySummary};
 pub use layer::{Layer, Layered};
@@ -59,6 +61,9 @@ pub enum IoError {
     /// The media or the backing store failed.
     #[error("I/O error: {0}")]
     Media(String),
+    /// The tenant's service agreement never allows this request.
+    #[error("not permitted: {0}")]
+    NotPermitted(String),
 }
 
 impl IoError {
@@ -67,7 +72,7 @@ impl IoError {
         match self {
             IoError::OutOfRange { .. } | IoError::Invalid(_) => 22, // EINVAL
             IoError::NoSpace(_) => 28,                              // ENOSPC
-            IoError::ReadOnly => 1,                                 // EPERM
+            IoError::ReadOnly | IoError::NotPermitted(_) => 1,      // EPERM
             IoError::Gone(_) | IoError::Media(_) => 5,              // EIO
         }
     }
