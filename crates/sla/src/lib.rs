@@ -41,7 +41,24 @@
 //! operations, and [`Curve::from_samples`] always produces concave curves, so
 //! the whole algebra stays exact on the curves the system builds.
 
+//!
+//! # Placement
+//!
+//! On top of the arithmetic, [`placement`] places tenants' curves on storage
+//! units (Regulator §4.1), [`catalog`] describes the storage-unit types,
+//! [`tenants`] builds tenant curves (synthetic groups, or throughput samples
+//! of block traces) and [`experiment`] runs the paper's §6.1 comparison
+//! against IOPS, weighted-IOPS and random-placement baselines. All of it is
+//! pure: no I/O, no clocks, and randomness only from an explicit seed
+//! ([`rng::SplitMix64`]).
+
 #![warn(missing_docs)]
+
+pub mod catalog;
+pub mod experiment;
+pub mod placement;
+pub mod rng;
+pub mod tenants;
 
 use serde::{Deserialize, Serialize};
 
@@ -102,6 +119,12 @@ pub enum SlaError {
     NotConcave {
         /// Which operand: "first" or "second".
         which: &'static str,
+    },
+    /// [`Curve::scale`] with a factor that is not finite and positive.
+    #[error("scale factor {factor} is not finite and positive")]
+    BadScale {
+        /// The rejected factor.
+        factor: f64,
     },
     /// `difference(a, b)` where `a` does not contain `b`.
     #[error("the curve being subtracted is not contained in the other: {reason}")]
@@ -244,6 +267,39 @@ impl Curve {
             hull.push(p);
         }
         Ok(Curve::from_computed(hull))
+    }
+
+    /// The zero curve `{(0, 0)}`: no reads, no writes. It is the identity of
+    /// [`sum`] and subtracting it with [`difference`] changes nothing.
+    pub fn zero() -> Curve {
+        Curve {
+            points: vec![(0.0, 0.0)],
+        }
+    }
+
+    /// The curve with both throughputs multiplied by `factor`:
+    /// `(f·C)(w) = f · C(w / f)` on `[0, f · w_max]`, i.e. every breakpoint
+    /// `(w, r)` becomes `(f·w, f·r)`. Exact (one multiplication per
+    /// coordinate) and concavity-preserving.
+    ///
+    /// This is how a tenant is split into `k` stripes (`factor = 1/k`): a
+    /// stripe sees `1/k` of the tenant's reads and `1/k` of its writes at
+    /// every instant, so its curve is the tenant's curve shrunk by `k` along
+    /// both axes, and [`sum`] of the `k` stripes gives the tenant's curve back
+    /// (the hypograph of a concave curve is convex, and the Minkowski sum of
+    /// `k` copies of a convex set shrunk by `k` is the set itself).
+    ///
+    /// Errors with [`SlaError::BadScale`] unless `factor` is finite and > 0.
+    pub fn scale(&self, factor: f64) -> Result<Curve, SlaError> {
+        if !factor.is_finite() || factor <= 0.0 {
+            return Err(SlaError::BadScale { factor });
+        }
+        Ok(Curve::from_computed(
+            self.points
+                .iter()
+                .map(|&(w, r)| (w * factor, r * factor))
+                .collect(),
+        ))
     }
 
     /// The breakpoints `(w, r)`, sorted by strictly increasing `w`.
