@@ -67,7 +67,11 @@ pub(crate) struct Bins {
 }
 
 impl Bins {
-    pub fn new(policy: PolicyKind, cache_bytes: u64, cfg: &PolicyConfig) -> Result<Self, CacheError> {
+    pub fn new(
+        policy: PolicyKind,
+        cache_bytes: u64,
+        cfg: &PolicyConfig,
+    ) -> Result<Self, CacheError> {
         let cap_bins = cache_bytes / cfg.bin_bytes;
         if cap_bins == 0 {
             return Err(CacheError::TooSmall {
@@ -208,14 +212,14 @@ impl Bins {
     /// Assigns every bin the zone in `new_zone` (indexed like `bins`),
     /// evicting first so that the cache never holds more than its capacity.
     pub fn apply(&mut self, new_zone: &[u8], events: &mut Events) {
-        for i in 0..self.bins.len() {
-            if new_zone[i] == NOWHERE && self.bins[i].zone != NOWHERE {
+        for (i, &z) in new_zone.iter().enumerate() {
+            if z == NOWHERE && self.bins[i].zone != NOWHERE {
                 self.place(i as u32, NOWHERE, events);
             }
         }
-        for i in 0..self.bins.len() {
-            if new_zone[i] != self.bins[i].zone {
-                self.place(i as u32, new_zone[i], events);
+        for (i, &z) in new_zone.iter().enumerate() {
+            if z != self.bins[i].zone {
+                self.place(i as u32, z, events);
             }
         }
         debug_assert!(self.placed <= self.cap_bins);

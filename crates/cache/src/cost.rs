@@ -162,13 +162,18 @@ impl CostModel {
     /// Total latency of the counted operations, in µs. Because the latency
     /// is linear in size, this equals the sum over the single operations.
     pub fn cost_us(&self, c: &OpCounts) -> f64 {
-        [DevOp::SsdRead, DevOp::SsdWrite, DevOp::HddRead, DevOp::HddWrite]
-            .iter()
-            .map(|&op| {
-                let (a, k) = self.line(op);
-                a * c.ops[op as usize] as f64 + k * c.bytes[op as usize] as f64
-            })
-            .sum()
+        [
+            DevOp::SsdRead,
+            DevOp::SsdWrite,
+            DevOp::HddRead,
+            DevOp::HddWrite,
+        ]
+        .iter()
+        .map(|&op| {
+            let (a, k) = self.line(op);
+            a * c.ops[op as usize] as f64 + k * c.bytes[op as usize] as f64
+        })
+        .sum()
     }
 }
 
@@ -210,6 +215,10 @@ mod tests {
             ssd_write_4k_us: -1.0,
             ..CostModel::default()
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("ssd_write"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("ssd_write"));
     }
 }

@@ -29,9 +29,9 @@
 
 #![warn(missing_docs)]
 
+mod bins;
 pub mod characterise;
 pub mod cost;
-mod bins;
 mod list;
 pub mod policy;
 pub mod sim;
@@ -345,7 +345,10 @@ impl PolicyConfig {
             ));
         }
         if !(self.epoch_secs.is_finite() && self.epoch_secs > 0.0) {
-            return bad(format!("epoch_secs = {}: must be positive", self.epoch_secs));
+            return bad(format!(
+                "epoch_secs = {}: must be positive",
+                self.epoch_secs
+            ));
         }
         for (name, v) in [
             ("aging", self.aging),
@@ -494,7 +497,11 @@ impl FromStr for PolicyKind {
             .filter(|c| *c != '-' && *c != '_')
             .collect::<String>()
             .to_ascii_lowercase();
-        let norm = if norm == "lru" { "glru".to_string() } else { norm };
+        let norm = if norm == "lru" {
+            "glru".to_string()
+        } else {
+            norm
+        };
         PolicyKind::ALL
             .iter()
             .copied()
@@ -593,17 +600,57 @@ mod tests {
         let ok = PolicyConfig::default();
         ok.validate().unwrap();
         let cases: Vec<(PolicyConfig, &str)> = vec![
-            (PolicyConfig { bin_bytes: 3000, ..ok.clone() }, "bin_bytes"),
-            (PolicyConfig { epoch_secs: 0.0, ..ok.clone() }, "epoch_secs"),
-            (PolicyConfig { alpha: 1.5, ..ok.clone() }, "alpha"),
-            (PolicyConfig { min_zone_fraction: 0.7, ..ok.clone() }, "min_zone_fraction"),
-            (PolicyConfig { window_epochs: 0, ..ok.clone() }, "window_epochs"),
-            (PolicyConfig { coarse_line_bytes: 4 << 20, ..ok.clone() }, "bin_bytes"),
+            (
+                PolicyConfig {
+                    bin_bytes: 3000,
+                    ..ok.clone()
+                },
+                "bin_bytes",
+            ),
+            (
+                PolicyConfig {
+                    epoch_secs: 0.0,
+                    ..ok.clone()
+                },
+                "epoch_secs",
+            ),
+            (
+                PolicyConfig {
+                    alpha: 1.5,
+                    ..ok.clone()
+                },
+                "alpha",
+            ),
+            (
+                PolicyConfig {
+                    min_zone_fraction: 0.7,
+                    ..ok.clone()
+                },
+                "min_zone_fraction",
+            ),
+            (
+                PolicyConfig {
+                    window_epochs: 0,
+                    ..ok.clone()
+                },
+                "window_epochs",
+            ),
+            (
+                PolicyConfig {
+                    coarse_line_bytes: 4 << 20,
+                    ..ok.clone()
+                },
+                "bin_bytes",
+            ),
         ];
         for (cfg, field) in cases {
             let e = cfg.validate().unwrap_err().to_string();
             assert!(e.contains(field), "{field}: {e}");
-            let e = PolicyKind::Glru.build(1 << 20, &cfg).err().unwrap().to_string();
+            let e = PolicyKind::Glru
+                .build(1 << 20, &cfg)
+                .err()
+                .unwrap()
+                .to_string();
             assert!(e.contains(field), "{field}: {e}");
         }
     }

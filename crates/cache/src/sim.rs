@@ -553,7 +553,13 @@ fn replay<P: CachePolicy>(
                 dirty.insert(key.coarsen(shift).raw());
             }
             if !ev.is_empty() {
-                settle(&mut ev, &mut dirty, &merge.space_tenant, &mut acc, line_bytes);
+                settle(
+                    &mut ev,
+                    &mut dirty,
+                    &merge.space_tenant,
+                    &mut acc,
+                    line_bytes,
+                );
             }
         }
         let t = &mut acc[tenant as usize];
@@ -567,7 +573,8 @@ fn replay<P: CachePolicy>(
                 t.ops.add(DevOp::SsdWrite, (hits + admitted) * BLOCK_BYTES);
             }
             if misses > admitted {
-                t.ops.add(DevOp::HddWrite, (misses - admitted) * BLOCK_BYTES);
+                t.ops
+                    .add(DevOp::HddWrite, (misses - admitted) * BLOCK_BYTES);
             }
         } else {
             t.read_hits += hits;
@@ -654,7 +661,12 @@ pub fn run_matrix(
         }
     });
     let mut out = Vec::with_capacity(jobs.len());
-    for r in results.into_inner().expect("results lock").into_iter().flatten() {
+    for r in results
+        .into_inner()
+        .expect("results lock")
+        .into_iter()
+        .flatten()
+    {
         out.push(r?);
     }
     Ok(out)
@@ -821,6 +833,9 @@ mod tests {
         assert!(e.to_string().contains("big"), "{e}");
         let s = vec![src("far", vec![req(0, 0, Op::Read, 1 << 60, 4096)])];
         let e = run_one(&s, PolicyKind::Glru, 4096, &SimConfig::default()).unwrap_err();
-        assert!(e.to_string().contains("far") && e.to_string().contains("block number"), "{e}");
+        assert!(
+            e.to_string().contains("far") && e.to_string().contains("block number"),
+            "{e}"
+        );
     }
 }

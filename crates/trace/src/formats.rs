@@ -13,7 +13,7 @@ pub trait LineParser {
 
 const NS_PER_S: u64 = 1_000_000_000;
 
-fn parse_u64(field: &'static str, s: &str) -> Result<u64, LineError> {
+pub(crate) fn parse_u64(field: &'static str, s: &str) -> Result<u64, LineError> {
     s.parse::<u64>().map_err(|e| {
         let value = s.to_string();
         match e.kind() {
@@ -29,7 +29,7 @@ fn parse_u64(field: &'static str, s: &str) -> Result<u64, LineError> {
     })
 }
 
-fn parse_u32(field: &'static str, s: &str) -> Result<u32, LineError> {
+pub(crate) fn parse_u32(field: &'static str, s: &str) -> Result<u32, LineError> {
     let v = parse_u64(field, s)?;
     u32::try_from(v).map_err(|_| LineError::Overflow {
         field,
@@ -49,7 +49,7 @@ fn parse_scaled(field: &'static str, s: &str, unit: u64) -> Result<u64, LineErro
 
 /// Decimal seconds (`1456095145.133076000`) to nanoseconds, exactly;
 /// digits past the ninth decimal are truncated.
-fn parse_secs_ns(field: &'static str, s: &str) -> Result<u64, LineError> {
+pub(crate) fn parse_secs_ns(field: &'static str, s: &str) -> Result<u64, LineError> {
     let value = || s.to_string();
     let (int, frac) = s.split_once('.').unwrap_or((s, ""));
     let digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
@@ -106,7 +106,7 @@ fn fields<'a, const N: usize>(
     }
 }
 
-fn csv(line: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn csv(line: &str) -> impl Iterator<Item = &str> {
     line.split(',').map(str::trim)
 }
 

@@ -14,8 +14,15 @@
 //! | `disksim` | nanoseconds (MQSim ASCII) | 512-byte sectors | device |
 //! | `fio-iolog` | v3: milliseconds, v2: none (0) | bytes | file, by first appearance |
 //! | `blkparse` | seconds (decimal) | 512-byte sectors | `major,minor`, by first appearance |
+//! | `umass` | seconds (decimal) | LBA 512-byte sectors, size bytes | ASU |
+//! | `oracle` | seconds (libCacheSim `oracleGeneral` binary, 24-byte records) | object id × 4096, size bytes | 0 |
+//!
+//! One file per format: the text formats of the first releases in `formats.rs`,
+//! UMass SPC in `umass.rs`, libCacheSim's binary format in `oracle.rs`.
 
 mod formats;
+pub mod oracle;
+mod umass;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -25,6 +32,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 pub use formats::{Blkparse, CloudPhysics, DiskSim, FioIolog, LineParser, Msr, Systor, Tencent};
+pub use oracle::OracleReader;
+pub use umass::Umass;
 
 /// Size of a sector in the sector-addressed formats.
 pub const SECTOR: u64 = 512;
@@ -124,10 +133,14 @@ pub enum Format {
     DiskSim,
     FioIolog,
     Blkparse,
+    /// UMass Trace Repository SPC CSV.
+    Umass,
+    /// libCacheSim `oracleGeneral` binary.
+    OracleGeneral,
 }
 
 impl Format {
-    pub const ALL: [Format; 7] = [
+    pub const ALL: [Format; 9] = [
         Format::Msr,
         Format::Tencent,
         Format::Systor,
@@ -135,6 +148,8 @@ impl Format {
         Format::DiskSim,
         Format::FioIolog,
         Format::Blkparse,
+        Format::Umass,
+        Format::OracleGeneral,
     ];
 
     /// The name used in specs (`msr`, `fio-iolog`, ...).
@@ -147,6 +162,8 @@ impl Format {
             Format::DiskSim => "disksim",
             Format::FioIolog => "fio-iolog",
             Format::Blkparse => "blkparse",
+            Format::Umass => "umass",
+            Format::OracleGeneral => "oracle",
         }
     }
 }
@@ -257,6 +274,8 @@ pub fn reader<R: BufRead + 'static>(format: Format, input: R, src: &str) -> Boxe
         Format::DiskSim => Box::new(TraceReader::new(input, DiskSim, src)),
         Format::FioIolog => Box::new(TraceReader::new(input, FioIolog::default(), src)),
         Format::Blkparse => Box::new(TraceReader::new(input, Blkparse::default(), src)),
+        Format::Umass => Box::new(TraceReader::new(input, Umass, src)),
+        Format::OracleGeneral => Box::new(OracleReader::new(input, src)),
     }
 }
 
@@ -268,7 +287,11 @@ pub fn open(format: Format, path: impl AsRef<Path>) -> Result<BoxedTrace, TraceE
         src: src.clone(),
         err,
     })?;
-    Ok(reader(format, BufReader::new(file), &src))
+    Ok(reader(
+        format,
+        BufReader::with_capacity(1 << 18, file),
+        &src,
+    ))
 }
 
 /// Split a `FORMAT:PATH` spec, e.g. `msr:/traces/hm_0.csv`.

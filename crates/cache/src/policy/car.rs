@@ -138,8 +138,7 @@ impl CachePolicy for Car {
         if self.cached() >= self.cap {
             self.replace(events);
             if ghost.is_none() {
-                if self.lists.len(T1) + self.lists.len(B1) >= self.cap && self.lists.len(B1) > 0
-                {
+                if self.lists.len(T1) + self.lists.len(B1) >= self.cap && self.lists.len(B1) > 0 {
                     self.discard_ghost(B1);
                 } else if self.list_sizes().iter().sum::<u64>() >= 2 * self.cap
                     && self.lists.len(B2) > 0
@@ -185,7 +184,9 @@ impl CachePolicy for Car {
 
     fn resize(&mut self, total_lines: u64, events: &mut Events) -> Result<(), CacheError> {
         if total_lines == 0 {
-            return Err(CacheError::Config("cannot resize a cache to 0 lines".into()));
+            return Err(CacheError::Config(
+                "cannot resize a cache to 0 lines".into(),
+            ));
         }
         self.cap = total_lines;
         self.p = self.p.min(self.cap);
@@ -226,7 +227,10 @@ mod tests {
         };
         // 1 2 3 fill T1; 1 sets its bit; 4 sweeps: 1 moves to T2 (bit
         // cleared), 2 is demoted to B1.
-        assert_eq!([go(1), go(2), go(3), go(1), go(4)], [false, false, false, true, false]);
+        assert_eq!(
+            [go(1), go(2), go(3), go(1), go(4)],
+            [false, false, false, true, false]
+        );
         assert!(go(1), "1 survived via its reference bit");
         assert!(!go(2), "2 was evicted");
         assert_eq!(ev.evicted[0], Key::new(0, 2).unwrap());

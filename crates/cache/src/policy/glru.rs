@@ -100,7 +100,9 @@ impl CachePolicy for Glru {
 
     fn resize(&mut self, total_lines: u64, events: &mut Events) -> Result<(), CacheError> {
         if total_lines == 0 {
-            return Err(CacheError::Config("cannot resize a cache to 0 lines".into()));
+            return Err(CacheError::Config(
+                "cannot resize a cache to 0 lines".into(),
+            ));
         }
         self.cap = total_lines;
         while self.lru.len(0) > self.cap {

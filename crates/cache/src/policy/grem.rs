@@ -70,7 +70,12 @@ impl GremCore {
     }
 
     #[inline]
-    pub fn access<S: ZoneSizer>(&mut self, a: Access, events: &mut Events, sizer: &mut S) -> Outcome {
+    pub fn access<S: ZoneSizer>(
+        &mut self,
+        a: Access,
+        events: &mut Events,
+        sizer: &mut S,
+    ) -> Outcome {
         let passed = self.bins.epochs_passed(a.time_ns);
         for _ in 0..passed.min(64) {
             let s = sizer.short_bins(self);
@@ -377,7 +382,11 @@ mod tests {
         assert!(!c.access(acc(t, 1, 105), &mut ev).hit);
         let mut occ = vec![];
         c.occupancy(&mut occ);
-        assert_eq!(occ[0].reserved_lines, Some(16), "tenant 0 reserves its 2 bins");
+        assert_eq!(
+            occ[0].reserved_lines,
+            Some(16),
+            "tenant 0 reserves its 2 bins"
+        );
         assert_eq!(occ[1].reserved_lines, Some(0));
         assert_eq!(occ[1].resident_lines, 16);
         let z = c.zones().unwrap();

@@ -15,7 +15,7 @@
 //! baseline; we follow the description, per-tenant reservations.)
 //! Between epochs nothing is admitted: a miss is served by the disk.
 
-use crate::bins::{keep_top, Bins, NOWHERE, LONG};
+use crate::bins::{keep_top, Bins, LONG, NOWHERE};
 use crate::policy::push_occupancy;
 use crate::{
     Access, CacheError, CachePolicy, Events, Key, Outcome, PolicyConfig, PolicyKind,
@@ -220,7 +220,11 @@ mod tests {
         assert!(c.access(acc(SEC, 0, 4), &mut ev).hit);
         assert!(c.access(acc(SEC, 0, 3), &mut ev).hit);
         assert!(c.access(acc(SEC, 1, 9), &mut ev).hit);
-        assert_eq!(ev.migrated_in.len(), 3 * 8, "three bins of eight 128 KiB lines");
+        assert_eq!(
+            ev.migrated_in.len(),
+            3 * 8,
+            "three bins of eight 128 KiB lines"
+        );
         let mut occ = vec![];
         c.occupancy(&mut occ);
         assert_eq!(occ[0].reserved_lines, Some(16));
