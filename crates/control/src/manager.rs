@@ -915,6 +915,7 @@ impl nbd::ExportRegistry for HostManager {
                 Mode::Fast => None,
                 Mode::Emulation => Some(self.clock.clone()),
             },
+            gate: None,
         })
     }
 

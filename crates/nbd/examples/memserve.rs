@@ -85,6 +85,7 @@ fn main() -> std::io::Result<()> {
                 description: format!("{size}-byte in-memory device"),
                 dev: Arc::new(MemDev::new(size)),
                 pace: None,
+                gate: None,
             },
             Some(us) => {
                 let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
@@ -97,6 +98,7 @@ fn main() -> std::io::Result<()> {
                         latency_ns: us * 1000,
                     }),
                     pace: Some(clock),
+                    gate: None,
                 }
             }
         };

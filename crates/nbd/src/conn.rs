@@ -28,7 +28,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use blockdev::{BlockDev, IoResult, Nanos};
+use blockdev::{Admit, BlockDev, Dir, Gate, IoError, IoResult, Nanos};
 use clock::Clock;
 
 use crate::pacer::Pacer;
@@ -357,6 +357,7 @@ struct Conn<R> {
     inbuf: InBuf,
     dev: Arc<dyn BlockDev>,
     pace: Option<Arc<dyn Clock>>,
+    gate: Option<Arc<dyn Gate>>,
     limits: Limits,
     shared: Arc<Shared>,
     pacer: Option<Pacer>,
@@ -486,6 +487,9 @@ impl<R: AsyncRead + Unpin> Conn<R> {
 
     async fn read(&mut self, cookie: u64, offset: u64, len: u32) -> Result<(), NbdError> {
         let structured = self.limits.structured;
+        if self.gate.is_some() {
+            return self.gated_read(cookie, offset, len).await;
+        }
         let Some(clock) = self.pace.clone() else {
             let dev = &*self.dev;
             return append(&self.shared, &mut self.kick_pending, |out| {
@@ -527,6 +531,9 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         fua: bool,
     ) -> Result<(), NbdError> {
         let n = len as usize;
+        if self.gate.is_some() {
+            return self.gated_write(cookie, offset, len, fua).await;
+        }
         let r = if self.inbuf.len() >= n {
             // The whole payload is buffered: write it from there, no copy.
             let r = self.dev.write(offset, &self.inbuf.data()[..n], fua);
@@ -552,6 +559,152 @@ impl<R: AsyncRead + Unpin> Conn<R> {
             r
         };
         self.complete(cookie, r).await
+    }
+
+    /// Waits until the gate admits a piece of `len` bytes. `Ok(Err(_))`: the
+    /// gate refused it (the request fails with that error).
+    async fn admit(&mut self, dir: Dir, len: u64) -> Result<IoResult<()>, NbdError> {
+        let Some(gate) = self.gate.clone() else {
+            return Ok(Ok(()));
+        };
+        loop {
+            let at = match gate.reserve(dir, len) {
+                Ok(Admit::At(t)) => (t, true),
+                Ok(Admit::Retry(t)) => (t, false),
+                Err(e) => return Ok(Err(e)),
+            };
+            if gate.clock().now() < at.0 {
+                // Let queued replies go out while this tenant waits its turn.
+                self.kick();
+                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+                let Some(pacer) = &self.pacer else {
+                    unreachable!("a gated connection always has a pacer");
+                };
+                pacer.schedule(at.0, move || {
+                    let _ = tx.send(());
+                });
+                tokio::select! {
+                    biased;
+                    _ = wait_shutdown(&mut self.shutdown) => {
+                        return Ok(Err(IoError::Gone("the server is shutting down".into())));
+                    }
+                    _ = rx => {}
+                }
+            }
+            if at.1 {
+                return Ok(Ok(()));
+            }
+        }
+    }
+
+    /// A read through the gate: piece by piece, each once admitted.
+    async fn gated_read(&mut self, cookie: u64, offset: u64, len: u32) -> Result<(), NbdError> {
+        let structured = self.limits.structured;
+        let piece = self
+            .gate
+            .as_ref()
+            .map_or(u64::MAX, |g| g.max_piece())
+            .max(512);
+        let mut data = vec![0u8; len as usize];
+        let mut done: Nanos = 0;
+        let mut off = 0u64;
+        let mut res: IoResult = Ok(0);
+        while off < u64::from(len) {
+            let n = piece.min(u64::from(len) - off);
+            if let Err(e) = self.admit(Dir::Read, n).await? {
+                res = Err(e);
+                break;
+            }
+            let (a, b) = (off as usize, (off + n) as usize);
+            match self.dev.read(offset + off, &mut data[a..b]) {
+                Ok(t) => done = done.max(t),
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+            off += n;
+        }
+        if let Err(e) = res {
+            return self
+                .status(cookie, Err((e.errno(), Cow::Owned(e.to_string()))))
+                .await;
+        }
+        match self.pace.clone() {
+            Some(clock) if clock.now() < done => {
+                self.defer(
+                    done,
+                    Deferred::Data {
+                        cookie,
+                        offset,
+                        data,
+                    },
+                )
+                .await
+            }
+            _ => {
+                append(&self.shared, &mut self.kick_pending, |out| {
+                    put_read_data(out, structured, cookie, offset, &data)
+                })
+                .await
+            }
+        }
+    }
+
+    /// A write through the gate: the payload is taken off the socket first
+    /// (the client has sent it), then written piece by piece as admitted.
+    async fn gated_write(
+        &mut self,
+        cookie: u64,
+        offset: u64,
+        len: u32,
+        fua: bool,
+    ) -> Result<(), NbdError> {
+        let n = len as usize;
+        let mut payload = std::mem::take(&mut self.wbuf);
+        if payload.len() < n {
+            payload.resize(n, 0);
+        }
+        if self.inbuf.len() >= n {
+            payload[..n].copy_from_slice(&self.inbuf.data()[..n]);
+            self.inbuf.consume(n);
+        } else {
+            self.kick();
+            if !self
+                .inbuf
+                .read_exact(&mut self.rd, &mut payload[..n])
+                .await?
+            {
+                return Err(NbdError::HungUp);
+            }
+        }
+        let piece = self
+            .gate
+            .as_ref()
+            .map_or(u64::MAX, |g| g.max_piece())
+            .max(512);
+        let mut res: IoResult = Ok(0);
+        let mut off = 0u64;
+        while off < u64::from(len) {
+            let m = piece.min(u64::from(len) - off);
+            if let Err(e) = self.admit(Dir::Write, m).await? {
+                res = Err(e);
+                break;
+            }
+            let (a, b) = (off as usize, (off + m) as usize);
+            match self.dev.write(offset + off, &payload[a..b], fua) {
+                Ok(t) => res = res.map(|d| d.max(t)),
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+            off += m;
+        }
+        if payload.len() <= WBUF_KEEP {
+            self.wbuf = payload;
+        }
+        self.complete(cookie, res).await
     }
 
     /// Hands a reply to the pacer, to be queued once `clock` reaches `t`.
@@ -638,8 +791,10 @@ where
         read_only: neg.export.dev.read_only(),
         structured: neg.structured,
     };
-    let pacer = match &neg.export.pace {
-        Some(clock) => Some(Pacer::new(clock.clone())?),
+    let pace_clock =
+        (neg.export.pace.clone()).or_else(|| neg.export.gate.as_ref().map(|g| g.clock().clone()));
+    let pacer = match pace_clock {
+        Some(clock) => Some(Pacer::new(clock)?),
         None => None,
     };
     let mut conn = Conn {
@@ -647,6 +802,7 @@ where
         inbuf,
         dev: neg.export.dev.clone(),
         pace: neg.export.pace.clone(),
+        gate: neg.export.gate.clone(),
         limits,
         shared: shared.clone(),
         pacer,

@@ -75,6 +75,11 @@ pub struct Export {
     /// Emulation mode: when set, the device's completion times are on this clock,
     /// and no reply is sent before the clock reaches its request's completion time.
     pub pace: Option<Arc<dyn clock::Clock>>,
+    /// Admission control (an SLA scheduler): when set, every read and write is
+    /// split into the gate's pieces, and each piece waits, without holding a
+    /// thread, until the gate admits it. With `pace` too, both must be the same
+    /// clock.
+    pub gate: Option<Arc<dyn blockdev::Gate>>,
 }
 
 impl std::fmt::Debug for Export {
@@ -85,6 +90,7 @@ impl std::fmt::Debug for Export {
             .field("size", &self.dev.size())
             .field("read_only", &self.dev.read_only())
             .field("paced", &self.pace.is_some())
+            .field("gated", &self.gate.is_some())
             .finish()
     }
 }

@@ -155,6 +155,7 @@ fn export(name: &str, dev: Arc<dyn BlockDev>) -> Export {
         description: format!("{name} device"),
         dev,
         pace: None,
+        gate: None,
     }
 }
 
@@ -935,6 +936,7 @@ fn paced_server(clock: Arc<dyn Clock>, step: u64) -> (Server, Arc<Paced>) {
         description: String::new(),
         dev: dev.clone(),
         pace: Some(clock),
+        gate: None,
     };
     (server_with(vec![e], ServerConfig::default()), dev)
 }
@@ -1080,4 +1082,151 @@ async fn serve_unix_shuts_down_cleanly() {
     let mut b = [0u8; 2];
     dev.read(0, &mut b).unwrap();
     assert_eq!(&b, b"ok");
+}
+
+// ---------------------------------------------------------------------------------
+// Admission gates (the SLA scheduler's hook)
+// ---------------------------------------------------------------------------------
+
+/// A scripted gate: each piece is booked `step` after the previous booking;
+/// writes are refused when `refuse_writes`; the first `retries` asks are told to
+/// come back `step` later.
+#[derive(Debug)]
+struct ScriptGate {
+    clock: Arc<dyn Clock>,
+    step: u64,
+    piece: u64,
+    refuse_writes: bool,
+    retries: Mutex<u32>,
+    next: Mutex<u64>,
+    asked: Mutex<Vec<(blockdev::Dir, u64, blockdev::Admit)>>,
+}
+
+impl ScriptGate {
+    fn new(step: u64, piece: u64) -> Self {
+        Self {
+            clock: Arc::new(MonotonicClock::new()),
+            step,
+            piece,
+            refuse_writes: false,
+            retries: Mutex::new(0),
+            next: Mutex::new(0),
+            asked: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl blockdev::Gate for ScriptGate {
+    fn reserve(&self, dir: blockdev::Dir, len: u64) -> IoResult<blockdev::Admit> {
+        assert!(
+            len <= self.piece,
+            "piece of {len} bytes over the gate's limit"
+        );
+        if self.refuse_writes && dir == blockdev::Dir::Write {
+            return Err(IoError::NotPermitted("no writes for you".into()));
+        }
+        let now = self.clock.now();
+        let a = {
+            let mut r = self.retries.lock();
+            if *r > 0 {
+                *r -= 1;
+                blockdev::Admit::Retry(now + self.step)
+            } else {
+                let mut next = self.next.lock();
+                *next = (*next + self.step).max(now);
+                blockdev::Admit::At(*next)
+            }
+        };
+        self.asked.lock().push((dir, len, a));
+        Ok(a)
+    }
+    fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+    fn max_piece(&self) -> u64 {
+        self.piece
+    }
+}
+
+fn gated_server(gate: Arc<ScriptGate>) -> (Server, Arc<MemDev>) {
+    let dev = Arc::new(MemDev::new(SIZE));
+    let mut e = export("disk", dev.clone());
+    e.gate = Some(gate);
+    let plain = export("plain", Arc::new(MemDev::new(SIZE)));
+    (server_with(vec![e, plain], ServerConfig::default()), dev)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gated_requests_are_split_into_pieces_that_wait_their_turn() {
+    let gate = Arc::new(ScriptGate::new(50_000_000, 64 * 1024));
+    let (server, dev) = gated_server(gate.clone());
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 13) as u8).collect();
+    let t0 = Instant::now();
+    c.write(1, 4096, &data, 0).await;
+    assert_eq!(c.simple(0).await.error, 0);
+    c.request(CMD_READ, 0, 2, 4096, 200_000).await;
+    let r = c.simple(200_000).await;
+    assert_eq!(r.error, 0);
+    assert_eq!(r.data, data);
+    assert_eq!(&dev_bytes(&*dev)[4096..204_096], &data[..]);
+    // 4 pieces each way (3 of 64 KiB and one of 3392 bytes), 50 ms apart.
+    let asked = gate.asked.lock().clone();
+    let sizes: Vec<u64> = asked.iter().map(|a| a.1).collect();
+    assert_eq!(
+        sizes,
+        [65536, 65536, 65536, 3392, 65536, 65536, 65536, 3392]
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_millis(7 * 50),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(c.disconnect().await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gate_retries_are_asked_again_and_refusals_fail_cleanly() {
+    let mut g = ScriptGate::new(20_000_000, 1 << 20);
+    g.refuse_writes = true;
+    *g.retries.lock() = 2;
+    let gate = Arc::new(g);
+    let (server, dev) = gated_server(gate.clone());
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    let t0 = Instant::now();
+    c.request(CMD_READ, 0, 1, 0, 4096).await;
+    assert_eq!(c.simple(4096).await.error, 0);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(40),
+        "two retries of 20 ms"
+    );
+    assert_eq!(gate.asked.lock().len(), 3);
+    c.write(2, 0, &[7u8; 4096], 0).await;
+    assert_eq!(c.simple(0).await.error, EPERM);
+    assert!(dev_bytes(&*dev).iter().all(|&b| b == 0), "nothing written");
+    // The connection is still usable.
+    c.request(CMD_READ, 0, 3, 0, 512).await;
+    assert_eq!(c.simple(512).await.error, 0);
+    assert!(c.disconnect().await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_tenant_holds_no_thread() {
+    // One gated connection waits 2 s for its slot; meanwhile many requests on
+    // another export (same 2-worker runtime) are answered promptly.
+    let gate = Arc::new(ScriptGate::new(2_000_000_000, 1 << 20));
+    let (server, _) = gated_server(gate);
+    let (mut slow, _, _) = Client::go(&server, "disk", false).await;
+    let (mut fast, _, _) = Client::go(&server, "plain", false).await;
+    slow.request(CMD_READ, 0, 1, 0, 4096).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t0 = Instant::now();
+    for i in 0..100 {
+        fast.request(CMD_READ, 0, i, 0, 4096).await;
+        assert_eq!(fast.simple(4096).await.error, 0);
+    }
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert_eq!(slow.simple(4096).await.error, 0);
+    assert!(fast.disconnect().await.is_ok());
+    assert!(slow.disconnect().await.is_ok());
 }

@@ -106,6 +106,7 @@ fn mem(name: &str, size: u64) -> (Export, Arc<MemDev>) {
         description: format!("test device {name}"),
         dev: dev.clone(),
         pace: None,
+        gate: None,
     };
     (e, dev)
 }
@@ -155,6 +156,7 @@ fn paced(name: &str, size: u64) -> Export {
             clock: clock.clone(),
         }),
         pace: Some(clock),
+        gate: None,
     }
 }
 

@@ -26,6 +26,7 @@ fn server(dev: Arc<GuardedWindow>) -> Server {
         description: String::new(),
         dev,
         pace: None,
+        gate: None,
     });
     reg.set_default(Some("w"));
     Server::new(
