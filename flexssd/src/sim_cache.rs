@@ -1,9 +1,402 @@
-//! `flexssd sim cache` (being written).
+//! `flexssd sim cache`: the trace-driven shared-cache simulator. Each
+//! `--trace` is a tenant (VM); the tenants' requests are merged by time and
+//! replayed against every policy at every cache size, in parallel over the
+//! host's cores. Prints hit ratios (read, write, overall) and the normalised
+//! IO cost; `--json`/`--csv` for scripts; `--plot` draws the paper's Figures
+//! 6 and 7 (hit ratio and IO cost against cache size) with the binary's own
+//! SVG plotter.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use cache::sim::{run_matrix, FileSource, Source};
+use cache::{CostModel, PolicyConfig, PolicyKind, RunResult, SimConfig};
 use clap::Args;
+use clock::MonotonicClock;
+use control::parse_size;
+
 /// Options of `flexssd sim cache`.
 #[derive(Debug, Args)]
-pub struct CacheArgs {}
+pub struct CacheArgs {
+    /// A tenant's trace as FORMAT:PATH (formats: msr, tencent, systor,
+    /// cloudphysics, disksim, fio-iolog, blkparse, umass, oracle). Repeat for
+    /// more tenants.
+    #[arg(long = "trace", value_name = "FORMAT:PATH", required = true)]
+    pub traces: Vec<String>,
+    /// Policies to compare, comma-separated: glru, car, arc, vfrm, grem, dgrem.
+    #[arg(long, value_name = "NAME[,NAME...]", default_value = "glru,car,arc,vfrm,grem,dgrem")]
+    pub policy: String,
+    /// Cache sizes, comma-separated, with K, M, G or T suffixes (powers of 1024).
+    #[arg(long = "cache-size", value_name = "SIZE[,SIZE...]", required = true)]
+    pub cache_size: String,
+    /// Print the results as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write one CSV row per policy, size and tenant (and the total).
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Draw the hit ratio against cache size to FILE.svg and the normalised
+    /// IO cost to FILE-cost.svg.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Device latencies of the IO cost model (TOML, fields of `CostModel`;
+    /// unset fields keep the defaults).
+    #[arg(long, value_name = "FILE")]
+    pub cost_config: Option<PathBuf>,
+    /// Policy parameters (TOML, fields of `PolicyConfig`: epoch_secs, aging,
+    /// alpha, beta, gamma, window_epochs, min_zone_fraction, line and bin sizes).
+    #[arg(long, value_name = "FILE")]
+    pub policy_config: Option<PathBuf>,
+    /// Epoch length of vFRM, GREM and D-GREM in seconds (overrides the
+    /// policy config; default 300).
+    #[arg(long, value_name = "SECONDS")]
+    pub epoch: Option<f64>,
+    /// Stretch every tenant's timeline to this many seconds, so that traces of
+    /// different lengths overlap for the whole run.
+    #[arg(long, value_name = "SECONDS")]
+    pub span: Option<f64>,
+    /// Worker threads (default: the number of cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print a row per tenant as well as the total.
+    #[arg(long)]
+    pub per_tenant: bool,
+    /// A label written in the CSV's first column (e.g. the name of a mix).
+    #[arg(long, default_value = "")]
+    pub label: String,
+}
+
+fn read_file(path: &Path, what: &str) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("read {what} {}", path.display()))
+}
+
+/// Parses `--cache-size`; every size must be positive.
+fn parse_sizes(s: &str) -> Result<Vec<u64>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let v = parse_size(part).map_err(anyhow::Error::msg)?;
+        if v == 0 {
+            bail!("cache size {part:?} is zero");
+        }
+        out.push(v);
+    }
+    if out.is_empty() {
+        bail!("no cache size in {s:?}");
+    }
+    Ok(out)
+}
+
+/// Builds the simulator configuration from the options.
+fn config(a: &CacheArgs) -> Result<SimConfig> {
+    let mut policy: PolicyConfig = match &a.policy_config {
+        Some(p) => PolicyConfig::from_toml(&read_file(p, "policy config")?)
+            .with_context(|| format!("policy config {}", p.display()))?,
+        None => PolicyConfig::default(),
+    };
+    if let Some(e) = a.epoch {
+        policy.epoch_secs = e;
+    }
+    let cost: CostModel = match &a.cost_config {
+        Some(p) => CostModel::from_toml(&read_file(p, "cost config")?)
+            .with_context(|| format!("cost config {}", p.display()))?,
+        None => CostModel::default(),
+    };
+    let cfg = SimConfig {
+        policy,
+        cost,
+        span_secs: a.span,
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
 /// Runs the cache simulation.
-pub fn run(_a: &CacheArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not yet implemented")
+pub fn run(a: &CacheArgs) -> Result<()> {
+    let kinds = PolicyKind::parse_list(&a.policy)?;
+    let sizes = parse_sizes(&a.cache_size)?;
+    let cfg = config(a)?;
+    let mut sources: Vec<Box<dyn Source>> = Vec::new();
+    for spec in &a.traces {
+        let s = FileSource::from_spec(spec)?;
+        if !s.path.is_file() {
+            bail!("trace {spec:?}: {} is not a file", s.path.display());
+        }
+        sources.push(Box::new(s));
+    }
+    let jobs: Vec<(PolicyKind, u64)> = kinds
+        .iter()
+        .flat_map(|&k| sizes.iter().map(move |&b| (k, b)))
+        .collect();
+    let threads = a.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    eprintln!(
+        "simulating {} tenant(s), {} run(s) on {} thread(s)...",
+        sources.len(),
+        jobs.len(),
+        threads.min(jobs.len())
+    );
+    let results = run_matrix(&sources, &jobs, &cfg, threads, &MonotonicClock::new())?;
+    if let Some(p) = &a.csv {
+        std::fs::write(p, csv(&a.label, &results)).with_context(|| format!("write {}", p.display()))?;
+    }
+    if let Some(p) = &a.plot {
+        plot(p, &results)?;
+    }
+    if a.json {
+        let out = serde_json::json!({
+            "traces": a.traces,
+            "config": cfg,
+            "results": results,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print!("{}", table(&results, a.per_tenant));
+    }
+    Ok(())
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{:.2}", 100.0 * v))
+}
+
+fn size_str(b: u64) -> String {
+    control::format_size(b)
+}
+
+/// The human-readable table.
+fn table(results: &[RunResult], per_tenant: bool) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<7} {:>9} {:<24} {:>10} {:>7} {:>7} {:>7} {:>9} {:>10}",
+        "policy", "cache", "tenant", "accesses", "read%", "write%", "hit%", "norm.cost", "req/s"
+    );
+    for r in results {
+        let mut rows: Vec<&cache::TenantResult> = Vec::new();
+        if per_tenant && r.tenants.len() > 1 {
+            rows.extend(r.tenants.iter());
+        }
+        rows.push(&r.total);
+        for t in rows {
+            let rate = if t.name == "total" {
+                r.requests_per_sec()
+                    .map_or_else(String::new, |v| format!("{v:.0}"))
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                s,
+                "{:<7} {:>9} {:<24} {:>10} {:>7} {:>7} {:>7} {:>9} {:>10}",
+                r.policy.name(),
+                size_str(r.cache_bytes),
+                t.name,
+                t.accesses(),
+                pct(t.read_hit_ratio),
+                pct(t.write_hit_ratio),
+                pct(t.hit_ratio),
+                t.normalised_cost
+                    .map_or_else(|| "-".to_string(), |v| format!("{v:.4}")),
+                rate
+            );
+        }
+    }
+    s
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or_else(String::new, |v| format!("{v:.6}"))
+}
+
+/// Long CSV: one row per (policy, size, tenant), the total included.
+fn csv(label: &str, results: &[RunResult]) -> String {
+    let mut s = String::from(
+        "label,policy,cache_bytes,cache_mib,tenant,requests,accesses,read_hits,read_misses,write_hits,write_misses,hit_ratio,read_hit_ratio,write_hit_ratio,cost_us,baseline_cost_us,normalised_cost,evicted_lines,writebacks,migrated_lines,elapsed_s,requests_per_s\n",
+    );
+    for r in results {
+        for t in r.tenants.iter().chain(std::iter::once(&r.total)) {
+            let timed = t.name == "total";
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.1},{},{},{},{},{},{}",
+                label,
+                r.policy,
+                r.cache_bytes,
+                r.cache_bytes as f64 / (1u64 << 20) as f64,
+                t.name.replace(',', ";"),
+                t.requests,
+                t.accesses(),
+                t.read_hits,
+                t.read_misses,
+                t.write_hits,
+                t.write_misses,
+                opt(t.hit_ratio),
+                opt(t.read_hit_ratio),
+                opt(t.write_hit_ratio),
+                t.cost_us,
+                t.baseline_cost_us,
+                opt(t.normalised_cost),
+                t.evicted_lines,
+                t.writebacks,
+                t.migrated_lines,
+                if timed {
+                    r.elapsed_ns
+                        .map_or_else(String::new, |n| format!("{:.6}", n as f64 / 1e9))
+                } else {
+                    String::new()
+                },
+                if timed {
+                    r.requests_per_sec()
+                        .map_or_else(String::new, |v| format!("{v:.0}"))
+                } else {
+                    String::new()
+                },
+            );
+        }
+    }
+    s
+}
+
+/// Draws the hit ratio (`out`) and the normalised IO cost (`out` with
+/// `-cost` before the extension) of the totals against log2 of the cache size
+/// in MiB, one line per policy, with `flexssd plot lines`.
+pub(crate) fn plot(out: &Path, results: &[RunResult]) -> Result<()> {
+    let mut pts = String::from("policy,log2_cache_mib,hit_pct,norm_cost\n");
+    for r in results {
+        let x = (r.cache_bytes as f64 / (1u64 << 20) as f64).log2();
+        let _ = writeln!(
+            pts,
+            "{},{x},{},{}",
+            r.policy,
+            100.0 * r.total.hit_ratio.unwrap_or(0.0),
+            r.total.normalised_cost.unwrap_or(0.0)
+        );
+    }
+    let tmp = out.with_extension("points.csv");
+    std::fs::write(&tmp, pts).with_context(|| format!("write {}", tmp.display()))?;
+    let stem = out
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "plot".into());
+    let cost_out = out.with_file_name(format!("{stem}-cost.svg"));
+    let draw = |y: &str, file: &Path, title: &str, ylabel: &str| {
+        crate::plot::run(&crate::plot::PlotCmd::Lines(crate::plot::LinesArgs {
+            csv: tmp.clone(),
+            x: "log2_cache_mib".into(),
+            y: y.into(),
+            series: "policy".into(),
+            out: file.to_path_buf(),
+            title: title.into(),
+            xlabel: Some("cache size, log2(MiB)".into()),
+            ylabel: Some(ylabel.into()),
+            logy: false,
+        }))
+    };
+    let r = draw("hit_pct", out, "IO hit ratio", "hit ratio (%)").and_then(|_| {
+        draw(
+            "norm_cost",
+            &cost_out,
+            "IO cost (normalised to no cache)",
+            "normalised IO cost",
+        )
+    });
+    let _ = std::fs::remove_file(&tmp);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: CacheArgs,
+    }
+
+    fn args(extra: &[&str]) -> CacheArgs {
+        let mut v = vec!["x"];
+        v.extend_from_slice(extra);
+        Cli::try_parse_from(v).unwrap().a
+    }
+
+    fn trace_file(dir: &Path) -> PathBuf {
+        let p = dir.join("t.disksim");
+        let mut text = String::new();
+        for i in 0..3000u64 {
+            // 1 ms apart, a hot set of 50 blocks and a cold scan.
+            let lba = if i % 2 == 0 { (i * 7 % 50) * 8 } else { 100_000 + i * 8 };
+            let _ = writeln!(text, "{} 0 {lba} 8 {}", i * 1_000_000, i % 3 % 2);
+        }
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn sizes_and_policies_are_checked() {
+        assert_eq!(parse_sizes("4K, 1M").unwrap(), vec![4096, 1 << 20]);
+        assert!(parse_sizes("0").unwrap_err().to_string().contains("zero"));
+        assert!(parse_sizes("lots").is_err());
+        assert!(parse_sizes(",").is_err());
+        let d = tempfile::tempdir().unwrap();
+        let t = trace_file(d.path());
+        let spec = format!("disksim:{}", t.display());
+        let a = args(&["--trace", &spec, "--policy", "glru,lfu", "--cache-size", "1M"]);
+        let e = run(&a).unwrap_err().to_string();
+        assert!(e.contains("unknown cache policy \"lfu\""), "{e}");
+        let a = args(&["--trace", "disksim:/no/such", "--cache-size", "1M"]);
+        let e = run(&a).unwrap_err().to_string();
+        assert!(e.contains("/no/such"), "{e}");
+        let a = args(&["--trace", &spec, "--policy", "grem", "--cache-size", "64K"]);
+        let e = format!("{:#}", run(&a).unwrap_err());
+        assert!(e.contains("too small"), "{e}");
+    }
+
+    #[test]
+    fn runs_writes_csv_and_plots() {
+        let d = tempfile::tempdir().unwrap();
+        let t = trace_file(d.path());
+        let spec = format!("disksim:{}", t.display());
+        let csv_path = d.path().join("r.csv");
+        let svg = d.path().join("fig.svg");
+        let cost = d.path().join("cost.toml");
+        std::fs::write(&cost, "hdd_read_4k_us = 10000\n").unwrap();
+        let a = args(&[
+            "--trace",
+            &spec,
+            "--trace",
+            &spec,
+            "--policy",
+            "glru,dgrem",
+            "--cache-size",
+            "1M,4M",
+            "--csv",
+            csv_path.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+            "--cost-config",
+            cost.to_str().unwrap(),
+            "--epoch",
+            "0.5",
+            "--label",
+            "mix",
+        ]);
+        run(&a).unwrap();
+        let text = std::fs::read_to_string(&csv_path).unwrap();
+        // 2 policies x 2 sizes x (2 tenants + total) rows + header.
+        assert_eq!(text.lines().count(), 1 + 2 * 2 * 3);
+        assert!(text.lines().nth(1).unwrap().starts_with("mix,glru,1048576,1,t.disksim,3000,"));
+        assert!(std::fs::read_to_string(&svg).unwrap().contains("polyline"));
+        assert!(d.path().join("fig-cost.svg").exists());
+        assert!(!d.path().join("fig.points.csv").exists());
+        let bad = d.path().join("bad.toml");
+        std::fs::write(&bad, "hdd_read_4k_us = 10000\nfloppy_us = 1\n").unwrap();
+        let a = args(&["--trace", &spec, "--cache-size", "1M", "--cost-config", bad.to_str().unwrap()]);
+        let e = format!("{:#}", run(&a).unwrap_err());
+        assert!(e.contains("floppy_us") && e.contains("bad.toml"), "{e}");
+    }
 }

@@ -11,8 +11,9 @@
 //!   request is sequential when it starts where the previous request of the
 //!   same volume ended;
 //! * **write ratio**: write requests over all requests;
-//! * **peak IOPS**: the most requests in one 5-minute window (windows start
-//!   at the trace's first request), divided by 300 s. A trace shorter than
+//! * **peak IOPS**: the most requests in one 5-minute window (windows are
+//!   aligned on the trace's first request; requests stamped before it, as in
+//!   unsorted traces, fall into earlier windows), divided by 300 s. A trace shorter than
 //!   one window therefore has a peak of its request count / 300, as the
 //!   definition gives; the duration is reported beside it.
 
@@ -39,7 +40,7 @@ pub struct WorkloadStats {
     pub writes: u64,
     /// Distinct volumes.
     pub volumes: usize,
-    /// Seconds from the first request to the latest time seen.
+    /// Seconds from the earliest to the latest time stamp.
     pub duration_s: f64,
     /// Hit ratio of 4 KiB block accesses under 1 GiB global LRU.
     pub lru_1g_hit_ratio: f64,
@@ -66,10 +67,10 @@ where
     let mut spaces: FxHashMap<u32, u32> = FxHashMap::default();
     let mut last_end: Vec<Option<u64>> = Vec::new();
     let mut blocks: FxHashSet<u64> = FxHashSet::default();
-    let mut windows: FxHashMap<u64, u64> = FxHashMap::default();
+    let mut windows: FxHashMap<i64, u64> = FxHashMap::default();
     let (mut requests, mut reads, mut writes) = (0u64, 0u64, 0u64);
     let (mut wv, mut seq, mut hits, mut accesses) = (0u64, 0u64, 0u64, 0u64);
-    let (mut first, mut latest) = (None, 0u64);
+    let (mut first, mut earliest, mut latest) = (None, u64::MAX, 0u64);
     for r in trace {
         let r = r?;
         requests += 1;
@@ -79,8 +80,11 @@ where
         }
         let f = *first.get_or_insert(r.time_ns);
         let rel = r.time_ns.saturating_sub(f);
-        latest = latest.max(rel);
-        *windows.entry(rel / PEAK_WINDOW_NS).or_insert(0) += 1;
+        earliest = earliest.min(r.time_ns);
+        latest = latest.max(r.time_ns);
+        let signed = i128::from(r.time_ns) - i128::from(f);
+        let w = signed.div_euclid(i128::from(PEAK_WINDOW_NS)) as i64;
+        *windows.entry(w).or_insert(0) += 1;
         let next = spaces.len() as u32;
         let space = *spaces.entry(r.volume).or_insert(next);
         if space as usize >= last_end.len() {
@@ -127,7 +131,7 @@ where
         reads,
         writes,
         volumes: spaces.len(),
-        duration_s: latest as f64 / 1e9,
+        duration_s: latest.saturating_sub(earliest.min(latest)) as f64 / 1e9,
         lru_1g_hit_ratio: frac(hits, accesses),
         working_volume_bytes: wv,
         working_set_bytes: blocks.len() as u64 * BLOCK_BYTES,
@@ -159,16 +163,17 @@ mod tests {
             req(102, 1, Op::Read, 8192, 4096),  // other volume: not sequential
             req(500, 0, Op::Read, 0, 4096),     // hit; second window
             req(501, 0, Op::Read, 0, 0),        // empty
+            req(99, 0, Op::Read, 0, 0),         // earlier than the first
         ])
         .unwrap();
-        assert_eq!((s.requests, s.reads, s.writes, s.volumes), (5, 4, 1, 2));
+        assert_eq!((s.requests, s.reads, s.writes, s.volumes), (6, 5, 1, 2));
         assert_eq!(s.working_volume_bytes, 8192 + 4096 + 4096 + 4096);
         assert_eq!(s.working_set_bytes, 4 * 4096);
         assert!((s.sequential_ratio - 4096.0 / 20480.0).abs() < 1e-12);
-        assert!((s.write_ratio - 0.2).abs() < 1e-12);
+        assert!((s.write_ratio - 1.0 / 6.0).abs() < 1e-12);
         assert!((s.lru_1g_hit_ratio - 1.0 / 5.0).abs() < 1e-12);
         assert!((s.peak_iops - 3.0 / 300.0).abs() < 1e-12);
-        assert!((s.duration_s - 401.0).abs() < 1e-9);
+        assert!((s.duration_s - 402.0).abs() < 1e-9);
     }
 
     #[test]

@@ -137,6 +137,14 @@ impl CostModel {
         Ok(())
     }
 
+    /// Parses a TOML document with any of the fields; the rest keep their
+    /// defaults. Unknown fields and bad values are errors naming them.
+    pub fn from_toml(text: &str) -> Result<Self, CacheError> {
+        let c: CostModel = toml::from_str(text).map_err(|e| CacheError::Config(e.to_string()))?;
+        c.validate()?;
+        Ok(c)
+    }
+
     fn pairs(&self) -> [(&'static str, f64, f64); 4] {
         [
             ("ssd_read", self.ssd_read_4k_us, self.ssd_read_128k_us),
@@ -205,6 +213,9 @@ mod tests {
         let m: CostModel = toml::from_str("ssd_read_4k_us = 10").unwrap();
         assert_eq!(m.ssd_read_4k_us, 10.0);
         assert_eq!(m.hdd_read_4k_us, 14_500.0);
+        let e = CostModel::from_toml("hdd_read_128k_us = 1.0").unwrap_err();
+        assert!(e.to_string().contains("hdd_read_128k_us"), "{e}");
+        assert!(CostModel::from_toml("x = 1").is_err());
         let bad = CostModel {
             hdd_read_128k_us: 100.0,
             ..CostModel::default()

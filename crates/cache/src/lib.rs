@@ -216,6 +216,16 @@ pub trait CachePolicy: Send {
     /// any line migrated in ahead of use) into `events` without clearing it.
     fn access(&mut self, a: Access, events: &mut Events) -> Outcome;
 
+    /// A hint that block `key` will be accessed soon, so the policy can ask
+    /// the CPU to fetch its metadata ahead (no effect on decisions). `depth`
+    /// says how soon: 0 far ahead (fetch the index slot), 1 nearer (find the
+    /// entry, fetch it), 2 next (fetch what an access will touch beside it).
+    /// Callers that look ahead in their request stream call it at each depth.
+    #[inline]
+    fn prefetch(&self, key: Key, depth: u8) {
+        let _ = (key, depth);
+    }
+
     /// Whether the block `key` is cached (no side effects).
     fn contains(&self, key: Key) -> bool;
 
@@ -374,6 +384,15 @@ impl PolicyConfig {
             return bad("window_epochs = 0: must be at least 1".to_string());
         }
         Ok(())
+    }
+
+    /// Parses a TOML document with any of the fields; the rest keep their
+    /// defaults. Unknown fields and bad values are errors naming them.
+    pub fn from_toml(text: &str) -> Result<Self, CacheError> {
+        let c: PolicyConfig =
+            toml::from_str(text).map_err(|e| CacheError::Config(e.to_string()))?;
+        c.validate()?;
+        Ok(c)
     }
 
     /// Epoch length in nanoseconds.

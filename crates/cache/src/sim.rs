@@ -25,7 +25,7 @@
 //! time, never order within a tenant.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc as Shared, Mutex};
@@ -38,7 +38,7 @@ use trace::{BoxedTrace, Format, Op, Request, TraceError};
 use crate::cost::{DevOp, OpCounts};
 use crate::{
     Access, CacheError, CachePolicy, CostModel, Events, Key, PolicyConfig, PolicyKind,
-    PolicyVisitor, TenantOccupancy, Zones, BLOCK_BYTES, LINE_BITS,
+    PolicyVisitor, TenantOccupancy, Zones, BLOCK_BYTES, LINE_BITS, MAX_LINE,
 };
 
 /// Everything a run needs besides the traces, the policy and the size.
@@ -514,7 +514,33 @@ fn replay<P: CachePolicy>(
             ..TenantResult::default()
         })
         .collect();
-    while let Some((tenant, space, r)) = merge.next()? {
+    // Requests are read a few ahead so that the policy can prefetch their
+    // metadata (`CachePolicy::prefetch`) while earlier ones are processed.
+    const AHEAD: usize = 8;
+    let mut ahead: VecDeque<(u32, u32, Request)> = VecDeque::with_capacity(AHEAD + 1);
+    let first_block = |space: u32, r: &Request| {
+        Key::from_raw((u64::from(space) << LINE_BITS) | ((r.offset / BLOCK_BYTES) & MAX_LINE))
+    };
+    let mut exhausted = false;
+    loop {
+        while !exhausted && ahead.len() < AHEAD {
+            match merge.next()? {
+                Some(x) => {
+                    p.prefetch(first_block(x.1, &x.2), 0);
+                    ahead.push_back(x);
+                }
+                None => exhausted = true,
+            }
+        }
+        let Some((tenant, space, r)) = ahead.pop_front() else {
+            break;
+        };
+        if let Some(x) = ahead.get(AHEAD / 2 - 1) {
+            p.prefetch(first_block(x.1, &x.2), 1);
+        }
+        if let Some(x) = ahead.front() {
+            p.prefetch(first_block(x.1, &x.2), 2);
+        }
         let t = &mut acc[tenant as usize];
         t.requests += 1;
         if r.len == 0 {
@@ -614,6 +640,42 @@ fn replay<P: CachePolicy>(
         occupancy,
         elapsed_ns: None,
     })
+}
+
+/// Streams the merged, block-split accesses exactly as a run replays them
+/// (same merge, same time handling, same address spaces), calling `f` for
+/// each block. For exporting the stream to other simulators.
+pub fn for_each_block(
+    sources: &[Box<dyn Source>],
+    cfg: &SimConfig,
+    mut f: impl FnMut(Access),
+) -> Result<(), CacheError> {
+    cfg.validate()?;
+    let sc = scales(sources, cfg)?;
+    let mut merge = Merge::open(sources, &sc)?;
+    while let Some((tenant, space, r)) = merge.next()? {
+        if r.len == 0 {
+            continue;
+        }
+        let name = &merge.cursors[tenant as usize].name;
+        let end = r.offset.checked_add(r.len).ok_or_else(|| {
+            CacheError::Input(format!(
+                "{name}: request at offset {} runs past 2^64",
+                r.offset
+            ))
+        })?;
+        let (first, last) = (r.offset / BLOCK_BYTES, (end - 1) / BLOCK_BYTES);
+        Key::new(space, last).map_err(|e| CacheError::Input(format!("{name}: {e}")))?;
+        for b in first..=last {
+            f(Access {
+                time_ns: r.time_ns,
+                tenant,
+                key: Key::new(space, b)?,
+                write: r.op == Op::Write,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Runs every `(policy, cache size)` job on up to `threads` threads, each
@@ -824,6 +886,30 @@ mod tests {
         let e = run_matrix(&s, &[(PolicyKind::Grem, 4096)], &cfg, 2, &clock).unwrap_err();
         assert!(e.to_string().contains("too small"), "{e}");
         assert!(run_matrix(&[], &jobs, &cfg, 1, &clock).is_err());
+    }
+
+    #[test]
+    fn block_stream_matches_what_a_run_sees() {
+        let a = vec![
+            req(0, 0, Op::Read, 0, 8192),
+            req(5, 3, Op::Write, 4096, 4096),
+        ];
+        let b = vec![req(2, 0, Op::Read, 0, 4096)]; // at 0 from its own start
+        let s = vec![src("a", a), src("b", b)];
+        let mut seen = vec![];
+        for_each_block(&s, &SimConfig::default(), |x| {
+            seen.push((x.time_ns, x.tenant, x.key.space(), x.key.line(), x.write))
+        })
+        .unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                (0, 0, 0, 0, false),
+                (0, 0, 0, 1, false),
+                (0, 1, 1, 0, false),
+                (5, 0, 2, 1, true)
+            ]
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! object of 4 KiB is one cache block. Errors name the file and the 1-based
 //! record number (in place of a line number).
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{BufRead, ErrorKind, Read, Write};
 
 use crate::{LineError, Op, Request, TraceError};
 
@@ -25,7 +25,7 @@ pub struct OracleReader<R> {
     done: bool,
 }
 
-impl<R: Read> OracleReader<R> {
+impl<R: BufRead> OracleReader<R> {
     /// `src` names the input in errors.
     pub fn new(input: R, src: impl Into<String>) -> Self {
         OracleReader {
@@ -60,7 +60,7 @@ fn fill<R: Read>(r: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-impl<R: Read> Iterator for OracleReader<R> {
+impl<R: BufRead> Iterator for OracleReader<R> {
     type Item = Result<Request, TraceError>;
 
     #[inline]
@@ -70,24 +70,36 @@ impl<R: Read> Iterator for OracleReader<R> {
         }
         self.record += 1;
         let mut b = [0u8; RECORD_BYTES];
-        match fill(&mut self.input, &mut b) {
-            Ok(0) => {
-                self.done = true;
-                return None;
+        // Fast path: the record is whole in the buffer.
+        let fast = match self.input.fill_buf() {
+            Ok(buf) if buf.len() >= RECORD_BYTES => {
+                b.copy_from_slice(&buf[..RECORD_BYTES]);
+                true
             }
-            Ok(RECORD_BYTES) => {}
-            Ok(n) => {
-                return self.fail(LineError::Other(format!(
-                    "truncated record: {n} of {RECORD_BYTES} bytes"
-                )))
-            }
-            Err(err) => {
-                self.done = true;
-                return Some(Err(TraceError::Io {
-                    src: self.src.clone(),
-                    line: self.record,
-                    err,
-                }));
+            _ => false,
+        };
+        if fast {
+            self.input.consume(RECORD_BYTES);
+        } else {
+            match fill(&mut self.input, &mut b) {
+                Ok(0) => {
+                    self.done = true;
+                    return None;
+                }
+                Ok(RECORD_BYTES) => {}
+                Ok(n) => {
+                    return self.fail(LineError::Other(format!(
+                        "truncated record: {n} of {RECORD_BYTES} bytes"
+                    )))
+                }
+                Err(err) => {
+                    self.done = true;
+                    return Some(Err(TraceError::Io {
+                        src: self.src.clone(),
+                        line: self.record,
+                        err,
+                    }));
+                }
             }
         }
         let time = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
