@@ -157,4 +157,30 @@ proptest! {
         let back: Curve = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
         prop_assert_eq!(back, a);
     }
+
+    /// `(A − B) − C = A − (B + C)`: subtracting tenants one by one gives the
+    /// same residual as subtracting their sum, which is what lets the
+    /// placement engine keep residuals incrementally and recompute them on
+    /// removal.
+    #[test]
+    fn successive_differences_equal_difference_of_sum(a in curve(), b in curve(), c in curve()) {
+        let big = sum(&sum(&a, &b).unwrap(), &c).unwrap();
+        let one_by_one = difference(&difference(&big, &b).unwrap(), &c).unwrap();
+        let at_once = difference(&big, &sum(&b, &c).unwrap()).unwrap();
+        prop_assert!(same_curve(&one_by_one, &at_once), "{one_by_one:?} vs {at_once:?}");
+        prop_assert!(one_by_one.contains(&a));
+    }
+
+    /// Striping: `k` copies of `C / k` add up to `C`.
+    #[test]
+    fn stripes_add_up(a in curve(), k in 1usize..6) {
+        let part = a.scale(1.0 / k as f64).unwrap();
+        prop_assert!(part.is_concave());
+        let mut total = Curve::zero();
+        for _ in 0..k {
+            total = sum(&total, &part).unwrap();
+        }
+        prop_assert!(same_curve(&total, &a), "{total:?} vs {a:?}");
+        prop_assert!(a.scale(0.0).is_err() && a.scale(f64::NAN).is_err());
+    }
 }
