@@ -33,11 +33,10 @@ fn hits<P: CachePolicy>(p: &mut P, seq: &[u64]) -> Vec<bool> {
         .collect()
 }
 
-/// ARC as printed in Fig. 4 of Megiddo & Modha (FAST'03), with the
-/// adaptation steps in integer division.
+/// ARC as printed in Fig. 4 of Megiddo & Modha (FAST'03); `p` is real.
 struct RefArc {
     c: usize,
-    p: usize,
+    p: f64,
     t1: VecDeque<u64>,
     t2: VecDeque<u64>,
     b1: VecDeque<u64>,
@@ -58,7 +57,7 @@ impl RefArc {
     fn new(c: usize) -> Self {
         RefArc {
             c,
-            p: 0,
+            p: 0.0,
             t1: VecDeque::new(),
             t2: VecDeque::new(),
             b1: VecDeque::new(),
@@ -68,7 +67,8 @@ impl RefArc {
 
     fn replace(&mut self, x_in_b2: bool) {
         let t1 = self.t1.len();
-        if t1 >= 1 && (t1 > self.p || (x_in_b2 && t1 == self.p)) {
+        let t1f = t1 as f64;
+        if t1 >= 1 && (t1f > self.p || (x_in_b2 && t1f == self.p)) {
             let y = self.t1.pop_back().unwrap();
             self.b1.push_front(y);
         } else {
@@ -83,16 +83,16 @@ impl RefArc {
             return true;
         }
         if self.b1.contains(&x) {
-            let d = (self.b2.len() / self.b1.len()).max(1);
-            self.p = (self.p + d).min(self.c);
+            let d = (self.b2.len() as f64 / self.b1.len() as f64).max(1.0);
+            self.p = (self.p + d).min(self.c as f64);
             self.replace(false);
             take(&mut self.b1, x);
             self.t2.push_front(x);
             return false;
         }
         if self.b2.contains(&x) {
-            let d = (self.b1.len() / self.b2.len()).max(1);
-            self.p = self.p.saturating_sub(d);
+            let d = (self.b1.len() as f64 / self.b2.len() as f64).max(1.0);
+            self.p = (self.p - d).max(0.0);
             self.replace(true);
             take(&mut self.b2, x);
             self.t2.push_front(x);
@@ -119,11 +119,11 @@ impl RefArc {
     }
 }
 
-/// CAR as printed in Fig. 2 of Bansal & Modha (FAST'04), with the adaptation
-/// steps in integer division. Clocks: front is the head (hand).
+/// CAR as printed in Fig. 2 of Bansal & Modha (FAST'04); `p` is real.
+/// Clocks: front is the head (hand).
 struct RefCar {
     c: usize,
-    p: usize,
+    p: f64,
     t1: VecDeque<(u64, bool)>,
     t2: VecDeque<(u64, bool)>,
     b1: VecDeque<u64>,
@@ -134,7 +134,7 @@ impl RefCar {
     fn new(c: usize) -> Self {
         RefCar {
             c,
-            p: 0,
+            p: 0.0,
             t1: VecDeque::new(),
             t2: VecDeque::new(),
             b1: VecDeque::new(),
@@ -144,7 +144,7 @@ impl RefCar {
 
     fn replace(&mut self) {
         loop {
-            if self.t1.len() >= self.p.max(1) {
+            if self.t1.len() as f64 >= self.p.max(1.0) {
                 let (y, r) = self.t1.pop_front().unwrap();
                 if !r {
                     self.b1.push_front(y);
@@ -183,13 +183,13 @@ impl RefCar {
         if !in_b {
             self.t1.push_back((x, false));
         } else if self.b1.contains(&x) {
-            let d = (self.b2.len() / self.b1.len()).max(1);
-            self.p = (self.p + d).min(self.c);
+            let d = (self.b2.len() as f64 / self.b1.len() as f64).max(1.0);
+            self.p = (self.p + d).min(self.c as f64);
             take(&mut self.b1, x);
             self.t2.push_back((x, false));
         } else {
-            let d = (self.b1.len() / self.b2.len()).max(1);
-            self.p = self.p.saturating_sub(d);
+            let d = (self.b1.len() as f64 / self.b2.len() as f64).max(1.0);
+            self.p = (self.p - d).max(0.0);
             take(&mut self.b2, x);
             self.t2.push_back((x, false));
         }
@@ -233,7 +233,7 @@ proptest! {
         for (t, &x) in seq.iter().enumerate() {
             let h = a.access(acc(t as u64, x), &mut ev).hit;
             prop_assert_eq!(h, r.access(x), "access {} of {}", t, x);
-            prop_assert_eq!(a.target_t1() as usize, r.p);
+            prop_assert_eq!(a.target_t1(), r.p);
             let s = a.list_sizes();
             prop_assert_eq!(
                 s,
@@ -254,7 +254,7 @@ proptest! {
         for (t, &x) in seq.iter().enumerate() {
             let h = a.access(acc(t as u64, x), &mut ev).hit;
             prop_assert_eq!(h, r.access(x), "access {} of {}", t, x);
-            prop_assert_eq!(a.target_t1() as usize, r.p);
+            prop_assert_eq!(a.target_t1(), r.p);
             let s = a.list_sizes();
             prop_assert_eq!(
                 s,

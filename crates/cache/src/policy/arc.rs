@@ -27,7 +27,7 @@ const B2: usize = 3;
 #[derive(Debug, Clone)]
 pub struct Arc {
     cap: u64,
-    p: u64,
+    p: f64,
     shift: u32,
     map: Index,
     lists: Lists<4>,
@@ -45,7 +45,7 @@ impl Arc {
         )?;
         Ok(Arc {
             cap,
-            p: 0,
+            p: 0.0,
             shift: (cfg.fine_line_bytes / BLOCK_BYTES).trailing_zeros(),
             map: index_with_capacity(2 * cap),
             lists: Lists::with_capacity(2 * cap),
@@ -53,8 +53,8 @@ impl Arc {
         })
     }
 
-    /// The adaptive target size of T1, in lines.
-    pub fn target_t1(&self) -> u64 {
+    /// The adaptive target size of T1, in lines (real-valued).
+    pub fn target_t1(&self) -> f64 {
         self.p
     }
 
@@ -85,7 +85,8 @@ impl Arc {
     /// The paper's REPLACE: demotes the LRU line of T1 or T2 to its ghost list.
     fn replace(&mut self, in_b2: bool, events: &mut Events) {
         let t1 = self.lists.len(T1);
-        let from_t1 = t1 > 0 && (t1 > self.p || (t1 == self.p && in_b2));
+        let t1f = t1 as f64;
+        let from_t1 = t1 > 0 && (t1f > self.p || (t1f == self.p && in_b2));
         let (src, dst) = if (from_t1 || self.lists.len(T2) == 0) && t1 > 0 {
             (T1, B1)
         } else {
@@ -140,7 +141,7 @@ impl CachePolicy for Arc {
     #[inline]
     fn access(&mut self, a: Access, events: &mut Events) -> Outcome {
         let key = a.key.coarsen(self.shift).raw();
-        let mut ghost = false;
+        let mut ghost = None;
         if let Some(&i) = self.map.get(&key) {
             match self.lists.node(i).list as usize {
                 T1 => {
@@ -159,25 +160,28 @@ impl CachePolicy for Arc {
                     };
                 }
                 l => {
-                    let (b1, b2) = (self.lists.len(B1), self.lists.len(B2));
+                    let (b1, b2) = (self.lists.len(B1) as f64, self.lists.len(B2) as f64);
                     if l == B1 {
-                        self.p = (self.p + (b2 / b1).max(1)).min(self.cap);
+                        self.p = (self.p + (b2 / b1).max(1.0)).min(self.cap as f64);
                     } else {
-                        self.p = self.p.saturating_sub((b1 / b2).max(1));
+                        self.p = (self.p - (b1 / b2).max(1.0)).max(0.0);
                     }
-                    self.replace(l == B2, events);
                     self.lists.unlink(i);
                     self.lists.release(i);
                     self.map.remove(&key);
-                    ghost = true;
+                    ghost = Some(l == B2);
                 }
             }
         }
         while self.cached() >= self.cap {
-            self.evict(events);
+            match ghost {
+                Some(in_b2) => self.replace(in_b2, events),
+                None => self.evict(events),
+            }
         }
         let i = self.lists.alloc(key, a.tenant);
-        self.lists.push_front(if ghost { T2 } else { T1 }, i);
+        self.lists
+            .push_front(if ghost.is_some() { T2 } else { T1 }, i);
         self.map.insert(key, i);
         bump(&mut self.resident, a.tenant, 1);
         Outcome {
@@ -213,7 +217,7 @@ impl CachePolicy for Arc {
             ));
         }
         self.cap = total_lines;
-        self.p = self.p.min(self.cap);
+        self.p = self.p.min(self.cap as f64);
         while self.cached() > self.cap {
             self.replace(false, events);
         }
@@ -274,7 +278,7 @@ mod tests {
         // hit: p grows to 1 and 2 enters T2, demoting 1 to B2.
         let hits = run(&mut c, &[1, 1, 2, 3, 2]);
         assert_eq!(hits, [false, true, false, false, false]);
-        assert_eq!(c.target_t1(), 1);
+        assert_eq!(c.target_t1(), 1.0);
         assert!(c.contains(Key::new(0, 2).unwrap()));
         assert!(!c.contains(Key::new(0, 1).unwrap()));
         assert_eq!(c.list_sizes(), [1, 1, 0, 1]);
@@ -283,6 +287,6 @@ mod tests {
         assert_eq!(c.len(), 1);
         let s = c.list_sizes();
         assert!(s[0] + s[2] <= 1 && s.iter().sum::<u64>() <= 2);
-        assert!(c.target_t1() <= 1);
+        assert!(c.target_t1() <= 1.0);
     }
 }

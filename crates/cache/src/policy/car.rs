@@ -4,8 +4,8 @@
 //! T1 and T2 are clocks (a hit only sets a reference bit, so hits never move
 //! entries, which is why CAR scales better than ARC in a real cache), B1 and
 //! B2 are LRU ghost lists, and `p` is the adaptive target size of T1. The code
-//! follows the pseudocode of Fig. 2 of the CAR paper line by line; the
-//! adaptation steps use integer division. The property tests check it
+//! follows the pseudocode of Fig. 2 of the CAR paper line by line; `p` and
+//! the adaptation steps are real-valued, as in the paper. The property tests check it
 //! against a direct `VecDeque` transcription of the same pseudocode.
 //!
 //! A clock is kept as a list whose front is the clock hand ("head") and whose
@@ -27,7 +27,7 @@ const B2: usize = 3;
 #[derive(Debug, Clone)]
 pub struct Car {
     cap: u64,
-    p: u64,
+    p: f64,
     shift: u32,
     map: Index,
     lists: Lists<4>,
@@ -45,7 +45,7 @@ impl Car {
         )?;
         Ok(Car {
             cap,
-            p: 0,
+            p: 0.0,
             shift: (cfg.fine_line_bytes / BLOCK_BYTES).trailing_zeros(),
             map: index_with_capacity(2 * cap),
             lists: Lists::with_capacity(2 * cap),
@@ -53,8 +53,8 @@ impl Car {
         })
     }
 
-    /// The adaptive target size of T1, in lines.
-    pub fn target_t1(&self) -> u64 {
+    /// The adaptive target size of T1, in lines (real-valued).
+    pub fn target_t1(&self) -> f64 {
         self.p
     }
 
@@ -81,7 +81,8 @@ impl Car {
     /// clear reference bit is found, and demotes it to B1 or B2.
     fn replace(&mut self, events: &mut Events) {
         loop {
-            let use_t1 = self.lists.len(T1) >= self.p.max(1) || self.lists.len(T2) == 0;
+            let t1 = self.lists.len(T1);
+            let use_t1 = (t1 as f64 >= self.p.max(1.0) && t1 > 0) || self.lists.len(T2) == 0;
             let (src, ghost) = if use_t1 { (T1, B1) } else { (T2, B2) };
             let h = self.lists.front(src);
             debug_assert_ne!(h, NIL);
@@ -155,11 +156,11 @@ impl CachePolicy for Car {
                 i
             }
             Some((i, l)) => {
-                let (b1, b2) = (self.lists.len(B1), self.lists.len(B2));
+                let (b1, b2) = (self.lists.len(B1) as f64, self.lists.len(B2) as f64);
                 if l == B1 {
-                    self.p = (self.p + (b2 / b1).max(1)).min(self.cap);
+                    self.p = (self.p + (b2 / b1).max(1.0)).min(self.cap as f64);
                 } else {
-                    self.p = self.p.saturating_sub((b1 / b2).max(1));
+                    self.p = (self.p - (b1 / b2).max(1.0)).max(0.0);
                 }
                 self.lists.unlink(i);
                 let n = self.lists.node_mut(i);
@@ -203,7 +204,7 @@ impl CachePolicy for Car {
             ));
         }
         self.cap = total_lines;
-        self.p = self.p.min(self.cap);
+        self.p = self.p.min(self.cap as f64);
         while self.cached() > self.cap {
             self.replace(events);
         }
@@ -249,6 +250,6 @@ mod tests {
         assert!(!go(2), "2 was evicted");
         assert_eq!(ev.evicted[0], Key::new(0, 2).unwrap());
         assert_eq!(c.len(), 3);
-        assert!(c.target_t1() >= 1, "the B1 hit on 2 grew p");
+        assert!(c.target_t1() >= 1.0, "the B1 hit on 2 grew p");
     }
 }
