@@ -73,7 +73,7 @@ fn small_run_writes_table_csv_and_plot() {
         "{table}"
     );
     assert!(
-        table.contains("group paper: 10 read, 10 write, 10 mixed"),
+        table.contains("group paper: 10 read, 10 write, 10 mixed (mean per trial)"),
         "{table}"
     );
     for needle in ["paper   p95", "paper   p99.9", "read    p95", "regulator"] {
