@@ -25,7 +25,11 @@ pub struct CacheArgs {
     #[arg(long = "trace", value_name = "FORMAT:PATH", required = true)]
     pub traces: Vec<String>,
     /// Policies to compare, comma-separated: glru, car, arc, vfrm, grem, dgrem.
-    #[arg(long, value_name = "NAME[,NAME...]", default_value = "glru,car,arc,vfrm,grem,dgrem")]
+    #[arg(
+        long,
+        value_name = "NAME[,NAME...]",
+        default_value = "glru,car,arc,vfrm,grem,dgrem"
+    )]
     pub policy: String,
     /// Cache sizes, comma-separated, with K, M, G or T suffixes (powers of 1024).
     #[arg(long = "cache-size", value_name = "SIZE[,SIZE...]", required = true)]
@@ -141,7 +145,8 @@ pub fn run(a: &CacheArgs) -> Result<()> {
     );
     let results = run_matrix(&sources, &jobs, &cfg, threads, &MonotonicClock::new())?;
     if let Some(p) = &a.csv {
-        std::fs::write(p, csv(&a.label, &results)).with_context(|| format!("write {}", p.display()))?;
+        std::fs::write(p, csv(&a.label, &results))
+            .with_context(|| format!("write {}", p.display()))?;
     }
     if let Some(p) = &a.plot {
         plot(p, &results)?;
@@ -329,7 +334,11 @@ mod tests {
         let mut text = String::new();
         for i in 0..3000u64 {
             // 1 ms apart, a hot set of 50 blocks and a cold scan.
-            let lba = if i % 2 == 0 { (i * 7 % 50) * 8 } else { 100_000 + i * 8 };
+            let lba = if i % 2 == 0 {
+                (i * 7 % 50) * 8
+            } else {
+                100_000 + i * 8
+            };
             let _ = writeln!(text, "{} 0 {lba} 8 {}", i * 1_000_000, i % 3 % 2);
         }
         std::fs::write(&p, text).unwrap();
@@ -345,7 +354,14 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let t = trace_file(d.path());
         let spec = format!("disksim:{}", t.display());
-        let a = args(&["--trace", &spec, "--policy", "glru,lfu", "--cache-size", "1M"]);
+        let a = args(&[
+            "--trace",
+            &spec,
+            "--policy",
+            "glru,lfu",
+            "--cache-size",
+            "1M",
+        ]);
         let e = run(&a).unwrap_err().to_string();
         assert!(e.contains("unknown cache policy \"lfu\""), "{e}");
         let a = args(&["--trace", "disksim:/no/such", "--cache-size", "1M"]);
@@ -389,13 +405,24 @@ mod tests {
         let text = std::fs::read_to_string(&csv_path).unwrap();
         // 2 policies x 2 sizes x (2 tenants + total) rows + header.
         assert_eq!(text.lines().count(), 1 + 2 * 2 * 3);
-        assert!(text.lines().nth(1).unwrap().starts_with("mix,glru,1048576,1,t.disksim,3000,"));
+        assert!(text
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("mix,glru,1048576,1,t.disksim,3000,"));
         assert!(std::fs::read_to_string(&svg).unwrap().contains("polyline"));
         assert!(d.path().join("fig-cost.svg").exists());
         assert!(!d.path().join("fig.points.csv").exists());
         let bad = d.path().join("bad.toml");
         std::fs::write(&bad, "hdd_read_4k_us = 10000\nfloppy_us = 1\n").unwrap();
-        let a = args(&["--trace", &spec, "--cache-size", "1M", "--cost-config", bad.to_str().unwrap()]);
+        let a = args(&[
+            "--trace",
+            &spec,
+            "--cache-size",
+            "1M",
+            "--cost-config",
+            bad.to_str().unwrap(),
+        ]);
         let e = format!("{:#}", run(&a).unwrap_err());
         assert!(e.contains("floppy_us") && e.contains("bad.toml"), "{e}");
     }

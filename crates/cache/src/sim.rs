@@ -22,7 +22,9 @@
 //! `span_secs` optionally stretches (or shrinks) every tenant's timeline to
 //! the same length, so that short excerpts of different lengths overlap for
 //! the whole run and epoch-based policies see several epochs; it changes only
-//! time, never order within a tenant.
+//! time, never order within a tenant. A first pass over each trace finds its
+//! earliest and latest time stamps, and time then runs from the earliest
+//! (rather than from the first request, as without stretching).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -277,8 +279,8 @@ struct Cursor {
     name: String,
     first: Option<u64>,
     clock: u64,
-    /// Multiplier from trace time to simulated time; 1 when not stretched.
-    scale: Option<f64>,
+    /// Origin and multiplier from trace time to simulated time, when stretched.
+    scale: Option<(u64, f64)>,
     memo: Option<(u32, u32)>,
 }
 
@@ -290,11 +292,12 @@ impl Cursor {
             return Ok(None);
         };
         let mut r = r?;
-        let first = *self.first.get_or_insert(r.time_ns);
-        let rel = r.time_ns.saturating_sub(first);
         let t = match self.scale {
-            None => rel,
-            Some(s) => (rel as f64 * s) as u64,
+            None => {
+                let first = *self.first.get_or_insert(r.time_ns);
+                r.time_ns.saturating_sub(first)
+            }
+            Some((origin, s)) => (r.time_ns.saturating_sub(origin) as f64 * s) as u64,
         };
         self.clock = self.clock.max(t);
         r.time_ns = self.clock;
@@ -314,7 +317,10 @@ struct Merge {
 }
 
 impl Merge {
-    fn open(sources: &[Box<dyn Source>], scales: &[Option<f64>]) -> Result<Merge, CacheError> {
+    fn open(
+        sources: &[Box<dyn Source>],
+        scales: &[Option<(u64, f64)>],
+    ) -> Result<Merge, CacheError> {
         if sources.is_empty() {
             return Err(CacheError::Input("no trace given".into()));
         }
@@ -398,29 +404,33 @@ impl Merge {
     }
 }
 
-/// Trace durations (relative to each trace's first request), for stretching.
-fn durations(sources: &[Box<dyn Source>]) -> Result<Vec<u64>, CacheError> {
+/// Earliest and latest time stamp of each trace, for stretching.
+fn time_ranges(sources: &[Box<dyn Source>]) -> Result<Vec<(u64, u64)>, CacheError> {
     sources
         .iter()
         .map(|s| {
-            let mut first = None;
-            let mut max = 0u64;
+            let (mut lo, mut hi) = (u64::MAX, 0u64);
             for r in s.open()? {
                 let t = r?.time_ns;
-                let f = *first.get_or_insert(t);
-                max = max.max(t.saturating_sub(f));
+                lo = lo.min(t);
+                hi = hi.max(t);
             }
-            Ok(max)
+            Ok((lo.min(hi), hi))
         })
         .collect()
 }
 
-fn scales(sources: &[Box<dyn Source>], cfg: &SimConfig) -> Result<Vec<Option<f64>>, CacheError> {
+type Scales = Vec<Option<(u64, f64)>>;
+
+fn scales(sources: &[Box<dyn Source>], cfg: &SimConfig) -> Result<Scales, CacheError> {
     match cfg.span_secs {
         None => Ok(vec![None; sources.len()]),
-        Some(span) => Ok(durations(sources)?
+        Some(span) => Ok(time_ranges(sources)?
             .into_iter()
-            .map(|d| Some(if d == 0 { 0.0 } else { span * 1e9 / d as f64 }))
+            .map(|(lo, hi)| {
+                let d = hi - lo;
+                Some((lo, if d == 0 { 0.0 } else { span * 1e9 / d as f64 }))
+            })
             .collect()),
     }
 }
@@ -439,7 +449,7 @@ pub fn run_one(
 
 fn run_scaled(
     sources: &[Box<dyn Source>],
-    scales: &[Option<f64>],
+    scales: &[Option<(u64, f64)>],
     kind: PolicyKind,
     cache_bytes: u64,
     cfg: &SimConfig,
