@@ -16,7 +16,14 @@ use crate::{CheckpointStore, FtlError, GcPolicyKind};
 const UNMAPPED: u32 = u32::MAX;
 /// `p2l` value of a page that holds a live trim record.
 const TRIM_REC: u32 = u32::MAX - 1;
-/// GC starts when a parallel unit has this many free blocks or fewer.
+/// Background GC starts when a parallel unit has this many free blocks or
+/// fewer: each host write to the unit then also moves its share of a victim's
+/// valid pages, so that GC keeps pace with the host in small steps that reads
+/// can interleave with (as real controllers do), instead of blocking a die for a
+/// whole block's worth of copies.
+const GC_SOFT: usize = 5;
+/// Foreground GC: when a unit is down to this many free blocks, a host write
+/// waits while whole victims are collected.
 const GC_LOW: usize = 3;
 /// Blocks per parallel unit that only GC may open (so GC can always make progress).
 const GC_RESERVE: usize = 1;
@@ -157,6 +164,12 @@ struct PuState {
     active: Option<u32>,
     /// Every local block of this unit (for GC candidates).
     blocks: Vec<u32>,
+    /// Background GC: the victim being drained, the next page of it to look at,
+    /// pages to move per host write, and the fraction of a page owed.
+    victim: Option<u32>,
+    cursor: u32,
+    ratio: f64,
+    debt: f64,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -553,8 +566,12 @@ impl Vssd {
         Err(FtlError::NoSpace(self.cfg.name.clone()))
     }
 
-    /// Collects one victim block on `pu`. Returns false if no block can be collected.
-    fn gc_once(&self, g: &mut Inner, pu: usize, now: Nanos) -> Result<bool, FtlError> {
+    /// The unit's GC victim: the one being drained, or a fresh choice of the
+    /// policy among closed blocks with invalid pages.
+    fn victim(&self, g: &mut Inner, pu: usize, now: Nanos) -> Option<u32> {
+        if let Some(v) = g.pus[pu].victim {
+            return Some(v);
+        }
         let ppb = self.ppb;
         let mut cands = Vec::new();
         let mut idx = Vec::new();
@@ -571,13 +588,35 @@ impl Vssd {
             }
         }
         if cands.is_empty() {
-            return Ok(false);
+            return None;
         }
-        let victim = idx[self.policy.choose(&cands, now)];
+        let v = idx[self.policy.choose(&cands, now)];
+        let valid = g.blocks[v as usize].valid;
+        let st = &mut g.pus[pu];
+        st.victim = Some(v);
+        st.cursor = 0;
+        // Each host page written must be matched by one page reclaimed: a victim
+        // with `valid` live pages reclaims `ppb - valid` for `valid` copies.
+        st.ratio = f64::from(valid) / f64::from(ppb - valid);
+        Some(v)
+    }
+
+    /// Moves up to `max` live pages of the unit's victim, from its cursor on,
+    /// issuing them at `now` (they queue on the die behind earlier work). When
+    /// the victim has no live pages left it is erased and freed. Returns whether
+    /// it was.
+    fn drain(&self, g: &mut Inner, pu: usize, max: u32, now: Nanos) -> Result<bool, FtlError> {
+        let Some(victim) = g.pus[pu].victim else {
+            return Ok(false);
+        };
+        let ppb = self.ppb;
         // Not `g.scratch`: GC can run inside a read-modify-write that holds it.
         let mut buf = vec![0u8; self.page_size];
         let mut t = now;
-        for page in 0..ppb {
+        let mut moved = 0;
+        while g.pus[pu].cursor < ppb && moved < max {
+            let page = g.pus[pu].cursor;
+            g.pus[pu].cursor += 1;
             let lp = victim * ppb + page;
             let owner = g.p2l[lp as usize];
             if owner == UNMAPPED {
@@ -607,6 +646,10 @@ impl Vssd {
                 g.l2p[owner as usize] = nlp;
             }
             g.counters.gc_pages_moved += 1;
+            moved += 1;
+        }
+        if g.pus[pu].cursor < ppb && g.blocks[victim as usize].valid > 0 {
+            return Ok(false);
         }
         let id = g.blocks[victim as usize].id;
         self.dev.erase(id, t)?;
@@ -617,10 +660,48 @@ impl Vssd {
         blk.valid = 0;
         blk.erase_count += 1;
         let ec = blk.erase_count;
-        g.pus[pu].free.insert((ec, victim));
+        let st = &mut g.pus[pu];
+        st.free.insert((ec, victim));
+        st.victim = None;
+        st.debt = 0.0;
         g.counters.gc_runs += 1;
         g.counters.block_erases += 1;
         Ok(true)
+    }
+
+    /// Collects one whole victim block on `pu` (foreground GC). Returns false if
+    /// no block can be collected.
+    fn gc_once(&self, g: &mut Inner, pu: usize, now: Nanos) -> Result<bool, FtlError> {
+        if self.victim(g, pu, now).is_none() {
+            return Ok(false);
+        }
+        self.drain(g, pu, u32::MAX, now)
+    }
+
+    /// Background GC after a host write to `pu`: moves the write's share of the
+    /// victim's pages once the unit runs low on free blocks, and finishes a
+    /// victim it has started.
+    fn gc_step(&self, g: &mut Inner, pu: usize, now: Nanos) -> Result<(), FtlError> {
+        if g.pus[pu].victim.is_none() && g.pus[pu].free.len() > GC_SOFT {
+            return Ok(());
+        }
+        if self.victim(g, pu, now).is_none() {
+            return Ok(());
+        }
+        let st = &mut g.pus[pu];
+        if st.free.len() <= GC_RESERVE + 1 {
+            // A partly drained victim must always be finishable: with one free
+            // block left beside the active one, finish it now, while its
+            // remaining live pages (fewer than a block) still fit.
+            self.drain(g, pu, u32::MAX, now)?;
+            return Ok(());
+        }
+        st.debt += st.ratio;
+        let n = st.debt.floor();
+        st.debt -= n;
+        // At least one page per write, so a victim is always finished.
+        self.drain(g, pu, (n as u32).max(1), now)?;
+        Ok(())
     }
 
     /// Writes one whole logical page.
@@ -644,8 +725,11 @@ impl Vssd {
         g.l2p[lba as usize] = lp;
         g.lseq[lba as usize] = seq;
         g.p2l[lp as usize] = lba as u32;
+        let blk = &g.blocks[(lp / self.ppb) as usize];
+        let pu = blk.pu as usize;
         g.blocks[(lp / self.ppb) as usize].valid += 1;
         g.counters.host_pages_written += 1;
+        self.gc_step(g, pu, now)?;
         Ok(done)
     }
 
