@@ -15,6 +15,11 @@
 //! | `GET /v1/vssds/{name}` | one vSSD with its counters |
 //! | `GET /v1/vssds/{name}/stats` | its counters |
 //! | `DELETE /v1/vssds/{name}` | delete (erases its flash) |
+//! | `GET /v1/vssds/{name}/sla` | its SLA, scheduling unit and scheduler counters |
+//! | `PUT /v1/vssds/{name}/sla` | set its SLA live (body: [`sched::TenantSla`], or `null` to clear) |
+//! | `GET /v1/devices/{name}/curves` | the device's measured unit curves, by channel count |
+//! | `PUT /v1/devices/{name}/curves/{channels}` | store a unit curve (body: [`control::measure::UnitCurve`]) |
+//! | `DELETE /v1/devices/{name}/curves/{channels}` | forget it |
 //! | `GET /v1/stats` | every vSSD's and device's counters |
 //! | `GET /metrics` | Prometheus / OpenMetrics text |
 
@@ -26,7 +31,7 @@ use axum::body::Bytes;
 use axum::extract::{Path as UrlPath, State};
 use axum::http::{header, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use control::{Config, ControlError, ErrorKind, HostManager, Mode, VssdInfo, VssdSpec, VssdStats};
 use serde::{Deserialize, Serialize};
@@ -134,6 +139,12 @@ pub fn router(mgr: Arc<HostManager>, info: Info) -> Router {
         .route("/v1/vssds/:name", get(get_vssd).delete(delete_vssd))
         .route("/v1/vssds/:name/stats", get(get_vssd_stats))
         .route("/v1/vssds/:name/latency/reset", post(reset_latency))
+        .route("/v1/vssds/:name/sla", get(get_sla).put(put_sla))
+        .route("/v1/devices/:name/curves", get(get_curves))
+        .route(
+            "/v1/devices/:name/curves/:channels",
+            put(put_curve).delete(delete_curve),
+        )
         .route("/v1/stats", get(get_stats))
         .route("/metrics", get(get_metrics))
         .fallback(not_found)
@@ -212,6 +223,59 @@ async fn reset_latency(
     let n = name.clone();
     blocking(&st, move |m| m.reset_latency(&n)).await?;
     Ok(Json(serde_json::json!({ "reset": name })))
+}
+
+/// Decodes a JSON body, naming the problem on failure.
+fn body<T: serde::de::DeserializeOwned>(b: &Bytes) -> ApiResult<T> {
+    serde_json::from_slice(b).map_err(|e| {
+        ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("invalid request body: {e}"),
+        )
+    })
+}
+
+async fn get_sla(
+    State(st): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+) -> ApiResult<impl IntoResponse> {
+    Ok(Json(blocking(&st, move |m| m.vssd_sla(&name)).await?))
+}
+
+async fn put_sla(
+    State(st): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+    b: Bytes,
+) -> ApiResult<impl IntoResponse> {
+    let sla: Option<sched::TenantSla> = body(&b)?;
+    Ok(Json(
+        blocking(&st, move |m| m.set_vssd_sla(&name, sla)).await?,
+    ))
+}
+
+async fn get_curves(
+    State(st): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+) -> ApiResult<impl IntoResponse> {
+    Ok(Json(blocking(&st, move |m| m.unit_curves(&name)).await?))
+}
+
+async fn put_curve(
+    State(st): State<Shared>,
+    UrlPath((name, channels)): UrlPath<(String, u32)>,
+    b: Bytes,
+) -> ApiResult<impl IntoResponse> {
+    let c: control::measure::UnitCurve = body(&b)?;
+    blocking(&st, move |m| m.set_unit_curve(&name, channels, Some(c))).await?;
+    Ok(Json(serde_json::json!({ "stored": channels })))
+}
+
+async fn delete_curve(
+    State(st): State<Shared>,
+    UrlPath((name, channels)): UrlPath<(String, u32)>,
+) -> ApiResult<impl IntoResponse> {
+    blocking(&st, move |m| m.set_unit_curve(&name, channels, None)).await?;
+    Ok(Json(serde_json::json!({ "deleted": channels })))
 }
 
 async fn delete_vssd(

@@ -73,6 +73,15 @@ impl Client {
     pub fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
         self.handle(self.agent.delete(&format!("{}{path}", self.base)).call())
     }
+
+    /// `PUT path` with a JSON body, decoded.
+    pub fn put<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> Result<T> {
+        self.handle(
+            self.agent
+                .put(&format!("{}{path}", self.base))
+                .send_json(body),
+        )
+    }
 }
 
 /// Prints rows as a left-aligned table with a header.
@@ -142,8 +151,10 @@ pub fn vssd(c: &Client, cmd: &VssdCmd) -> Result<()> {
             channel_ids,
             blocks,
             device,
+            sla,
         } => {
             let spec = VssdSpec {
+                sla: sla.to_sla()?,
                 name: name.clone(),
                 device: device.clone(),
                 channels: *n,

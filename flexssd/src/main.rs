@@ -136,6 +136,8 @@ enum VssdCmd {
         /// Device (default: the first with enough free channels).
         #[arg(long)]
         device: Option<String>,
+        #[command(flatten)]
+        sla: sla_cmd::SlaOpts,
     },
     /// List vSSDs.
     List {

@@ -49,6 +49,13 @@ pub struct LinesArgs {
     /// Logarithmic y axis.
     #[arg(long)]
     pub logy: bool,
+    /// Series drawn as points only (comma-separated names), e.g. per-second
+    /// samples beside a curve.
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub scatter: Vec<String>,
+    /// A horizontal reference line at this y (a bound, say).
+    #[arg(long, value_name = "Y")]
+    pub hline: Option<f64>,
 }
 
 /// Runs a plot command.
@@ -105,6 +112,14 @@ fn lines(a: &LinesArgs) -> Result<()> {
     for &(x, y) in all {
         (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
     }
+    if let Some(h) = a.hline {
+        (y0, y1) = (y0.min(h), y1.max(h));
+    }
+    for name in &a.scatter {
+        if !data.contains_key(name) {
+            bail!("--scatter: no series {name:?} in {}", a.csv.display());
+        }
+    }
     if x0 == x1 {
         x1 = x0 + 1.0;
     }
@@ -137,6 +152,13 @@ fn lines(a: &LinesArgs) -> Result<()> {
                 .draw()?;
             for (i, (name, pts)) in data.iter().enumerate() {
                 let c = palette[i % palette.len()];
+                if a.scatter.contains(name) {
+                    chart
+                        .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))?
+                        .label(name.as_str())
+                        .legend(move |(x, y)| Circle::new((x + 10, y), 3, c.filled()));
+                    continue;
+                }
                 chart
                     .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))?
                     .label(name.as_str())
@@ -144,6 +166,16 @@ fn lines(a: &LinesArgs) -> Result<()> {
                         PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
                     });
                 chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
+            }
+            if let Some(h) = a.hline {
+                let grey = RGBColor(90, 90, 90);
+                chart
+                    .draw_series(LineSeries::new(
+                        vec![(x0, h), (x1, h)],
+                        grey.stroke_width(1),
+                    ))?
+                    .label(format!("bound {h}"))
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey));
             }
             chart
                 .configure_series_labels()
@@ -201,6 +233,8 @@ mod tests {
             xlabel: None,
             ylabel: None,
             logy: true,
+            scatter: vec!["b".into()],
+            hline: Some(12.0),
         };
         run(&PlotCmd::Lines(args)).unwrap();
         let svg = std::fs::read_to_string(out).unwrap();

@@ -70,6 +70,16 @@ program_ns = 400000
 erase_ns = 3000000
 channel_mbps = 400
 
+# Regulator's SLA scheduler. vSSDs on exactly the same channels form a unit: each
+# stays within its SLA curve, all within the unit's measured curve
+# (`flexssd sla measure-device --store`). Without curves it only counts.
+[devices.scheduler]
+enabled = true
+# Time slice, microseconds.
+slice_us = 1000
+# Larger requests are split into pieces of at most this many bytes.
+piece_bytes = 65536
+
 # vSSDs to create at the first start, when the control store is still empty.
 [[vssds]]
 name = "default"
@@ -86,6 +96,13 @@ channels = 4
 # channel_ids = [0, 1]
 # ...and, optionally, only these blocks of each plane (vSSDs may then share channels).
 # blocks = "0..32"
+# SLA (Regulator): the most read throughput at each write throughput, as
+# [write, read] points in 4 KiB operations per second, non-increasing; the weight
+# shares spare bandwidth among tenants allowed to burst above their curves.
+# [vssds.sla]
+# curve = [[0, 20000], [2000, 0]]
+# weight = 1
+# burst = false
 "#;
 
 /// How the NBD server times its replies.
@@ -214,11 +231,53 @@ pub struct DeviceConfig {
     /// memory. Default `false`.
     #[serde(default)]
     pub prefault: bool,
+    /// The SLA scheduler (Regulator) of this device's units.
+    #[serde(default)]
+    pub scheduler: SchedulerSettings,
+}
+
+/// `[devices.scheduler]`: Regulator's SLA-enforcing scheduler. vSSDs on exactly
+/// the same channels of a device form one *unit*, scheduled together: each vSSD
+/// within its SLA curve, all of them within the unit's measured curve
+/// (`flexssd sla measure-device`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerSettings {
+    /// Whether vSSDs of this device go through the scheduler. With no curve set,
+    /// it only counts (no request waits). Default `true`.
+    pub enabled: bool,
+    /// Time slice in microseconds. Default 1000.
+    pub slice_us: u64,
+    /// Requests larger than this are split (and scheduled piece by piece).
+    /// Default 65536, as in the paper.
+    pub piece_bytes: u64,
+}
+
+impl Default for SchedulerSettings {
+    fn default() -> Self {
+        let d = sched::SchedConfig::default();
+        Self {
+            enabled: true,
+            slice_us: d.slice_us,
+            piece_bytes: d.piece_bytes,
+        }
+    }
+}
+
+impl SchedulerSettings {
+    /// The scheduler's own settings.
+    pub fn sched_config(&self) -> sched::SchedConfig {
+        sched::SchedConfig {
+            slice_us: self.slice_us,
+            piece_bytes: self.piece_bytes,
+            ..sched::SchedConfig::default()
+        }
+    }
 }
 
 /// A vSSD to create: an entry of `[[vssds]]` in the config, the body of
 /// `POST /v1/vssds`, and what `flexssd vssd create` sends.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VssdSpec {
     /// Name, also the NBD export name: 1-64 characters of `[A-Za-z0-9._-]`.
@@ -242,6 +301,9 @@ pub struct VssdSpec {
     /// GC victim policy. Default `greedy`.
     #[serde(default)]
     pub gc: GcPolicyKind,
+    /// SLA with the scheduler (curve, weight, burst). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla: Option<sched::TenantSla>,
 }
 
 /// Checks that `name` can be an NBD export name: 1-64 characters of `[A-Za-z0-9._-]`.

@@ -19,16 +19,17 @@
 pub mod config;
 mod error;
 mod manager;
+pub mod measure;
 pub mod size;
 mod store;
 
 pub use config::{
-    valid_name, ApiConfig, BackendKind, Config, DeviceConfig, Mode, NbdConfig, VssdSpec,
-    DEFAULT_CONFIG,
+    valid_name, ApiConfig, BackendKind, Config, DeviceConfig, Mode, NbdConfig, SchedulerSettings,
+    VssdSpec, DEFAULT_CONFIG,
 };
 pub use error::{ControlError, ErrorKind, Result};
 pub use manager::{
-    channel_list, DeviceInfo, EraseCounts, HostManager, HostStats, VssdInfo, VssdStats,
+    channel_list, DeviceInfo, EraseCounts, HostManager, HostStats, VssdInfo, VssdSlaInfo, VssdStats,
 };
 pub use size::{format_size, parse_size, BlockRange, ByteSize};
 pub use store::{ControlStore, DeviceRecord, VssdRecord, VssdState};

@@ -25,12 +25,12 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::config::valid_name;
+use crate::config::{valid_name, SchedulerSettings};
 use crate::store::{DeviceRecord, VssdRecord, VssdState};
 use crate::{format_size, BlockRange, Config, ControlError, ControlStore, Mode, Result, VssdSpec};
 
 /// What the API and the CLI show about a vSSD.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VssdInfo {
     /// Name, also its NBD export name.
     pub name: String,
@@ -48,6 +48,9 @@ pub struct VssdInfo {
     pub gc: GcPolicyKind,
     /// Lifecycle state (`active`, or `deleting` while its flash is being erased).
     pub state: VssdState,
+    /// Its SLA with the scheduler, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla: Option<sched::TenantSla>,
 }
 
 /// Counters of one vSSD: FTL statistics plus the request counters seen by its export.
@@ -113,6 +116,7 @@ pub struct HostStats {
 struct DeviceEntry {
     rec: DeviceRecord,
     dev: Arc<FlashDevice>,
+    sched: SchedulerSettings,
 }
 
 #[derive(Clone)]
@@ -121,12 +125,18 @@ struct VssdEntry {
     vssd: Arc<Vssd>,
     export: Arc<dyn BlockDev>,
     io: Arc<IoStats>,
+    /// Its admission gate on its unit's scheduler (when the device schedules).
+    gate: Option<sched::TenantGate>,
 }
+
+/// A scheduling unit: the vSSDs on exactly these channels of this device.
+type UnitKey = (String, Vec<u32>);
 
 #[derive(Default)]
 struct State {
     devices: Vec<DeviceEntry>,
     vssds: BTreeMap<String, VssdEntry>,
+    units: BTreeMap<UnitKey, Arc<sched::Scheduler>>,
 }
 
 impl State {
@@ -275,9 +285,16 @@ impl HostManager {
                 info!(device = %rec.name, "prefaulted the device's memory");
             }
             info!(device = %rec.name, backend = ?rec.backend, "opened flash device");
+            let sched = config
+                .devices
+                .iter()
+                .find(|d| d.name == rec.name)
+                .map(|d| d.scheduler)
+                .unwrap_or_default();
             entries.push(DeviceEntry {
                 rec,
                 dev: Arc::new(dev),
+                sched,
             });
         }
         let mgr = Self {
@@ -289,6 +306,7 @@ impl HostManager {
             state: RwLock::new(State {
                 devices: entries,
                 vssds: BTreeMap::new(),
+                units: BTreeMap::new(),
             }),
         };
         for rec in mgr.store.vssds()? {
@@ -407,13 +425,16 @@ impl HostManager {
             layer = layer.timed(self.clock.clone());
         }
         let export: Arc<dyn BlockDev> = Arc::new(Layered(layer));
-        self.state.write().vssds.insert(
+        let mut st = self.state.write();
+        let gate = self.attach_gate(&mut st, &rec);
+        st.vssds.insert(
             rec.name.clone(),
             VssdEntry {
                 rec,
                 vssd,
                 export,
                 io,
+                gate,
             },
         );
     }
@@ -609,6 +630,9 @@ impl HostManager {
         if !valid_name(&spec.name) {
             return Err(ControlError::InvalidName(spec.name.clone()));
         }
+        if let Some(sla) = &spec.sla {
+            Self::check_sla(&spec.name, sla)?;
+        }
         if self.state.read().vssds.contains_key(&spec.name) {
             return Err(ControlError::Duplicate(spec.name.clone()));
         }
@@ -640,6 +664,7 @@ impl HostManager {
             capacity_bytes: capacity,
             gc: spec.gc,
             state: VssdState::Creating,
+            sla: spec.sla.clone(),
         })?;
         let vssd = match Vssd::create(
             dev,
@@ -686,7 +711,11 @@ impl HostManager {
         }
         entry.vssd.destroy()?;
         self.store.remove_vssd(name)?;
-        self.state.write().vssds.remove(name);
+        let mut st = self.state.write();
+        if let Some(e) = st.vssds.remove(name) {
+            Self::detach_gate(&mut st, &e);
+        }
+        drop(st);
         info!(vssd = %name, "vSSD erased and deleted");
         Ok(())
     }
@@ -701,6 +730,7 @@ impl HostManager {
             capacity_bytes: rec.capacity_bytes,
             gc: rec.gc,
             state: rec.state,
+            sla: rec.sla.clone(),
         }
     }
 
@@ -915,7 +945,10 @@ impl nbd::ExportRegistry for HostManager {
                 Mode::Fast => None,
                 Mode::Emulation => Some(self.clock.clone()),
             },
-            gate: None,
+            gate: e
+                .gate
+                .clone()
+                .map(|g| Arc::new(g) as Arc<dyn blockdev::Gate>),
         })
     }
 
@@ -929,6 +962,9 @@ impl nbd::ExportRegistry for HostManager {
             .collect()
     }
 }
+
+mod sla;
+pub use sla::VssdSlaInfo;
 
 #[cfg(test)]
 mod tests;

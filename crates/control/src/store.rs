@@ -2,11 +2,13 @@
 //!
 //! The store holds what the host manager must find again after a restart or a crash:
 //! the devices it manages and the vSSD records (which flash each vSSD owns, its id,
-//! capacity and lifecycle state). Values are JSON so that records can gain fields
+//! capacity, lifecycle state and SLA) and the measured SLA curves of each device's
+//! units. Values are JSON so that records can gain fields
 //! without a migration. Each change is one redb write transaction, committed durably
 //! before the caller goes on, so a record's state always tells how far a lifecycle
 //! operation got (see [`VssdState`]).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use flash::{Backend, Geometry, Timing};
@@ -15,11 +17,13 @@ use redb::{Database, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::error::store_err;
+use crate::measure::UnitCurve;
 use crate::{ControlError, Result};
 
 const DEVICES: TableDefinition<&str, &str> = TableDefinition::new("devices");
 const VSSDS: TableDefinition<&str, &str> = TableDefinition::new("vssds");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const UNIT_CURVES: TableDefinition<&str, &str> = TableDefinition::new("unit_curves");
 
 const NEXT_ID: &str = "next_vssd_id";
 const INITIALIZED: &str = "initialized";
@@ -52,7 +56,7 @@ pub enum VssdState {
 }
 
 /// A vSSD as recorded in the store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VssdRecord {
     /// Owner id in the flash OOB records and checkpoint key; never reused.
     pub id: u32,
@@ -68,6 +72,9 @@ pub struct VssdRecord {
     pub gc: GcPolicyKind,
     /// Lifecycle state.
     pub state: VssdState,
+    /// Its SLA with the scheduler of its channels (Regulator); `None`: no curve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla: Option<sched::TenantSla>,
 }
 
 /// The control store: a redb database, on disk or in memory.
@@ -116,6 +123,7 @@ impl ControlStore {
         tx.open_table(DEVICES).map_err(store_err)?;
         tx.open_table(VSSDS).map_err(store_err)?;
         tx.open_table(META).map_err(store_err)?;
+        tx.open_table(UNIT_CURVES).map_err(store_err)?;
         tx.commit().map_err(store_err)?;
         Ok(Self { db })
     }
@@ -200,6 +208,42 @@ impl ControlStore {
         tx.commit().map_err(store_err)
     }
 
+    /// The measured curves of `device`'s units, by channel count.
+    pub fn unit_curves(&self, device: &str) -> Result<BTreeMap<u32, UnitCurve>> {
+        let tx = self.db.begin_read().map_err(store_err)?;
+        let t = tx.open_table(UNIT_CURVES).map_err(store_err)?;
+        let mut out = BTreeMap::new();
+        let prefix = format!("{device}/");
+        for item in t.iter().map_err(store_err)? {
+            let (k, v) = item.map_err(store_err)?;
+            let Some(n) = k.value().strip_prefix(&prefix) else {
+                continue;
+            };
+            let n: u32 = n.parse().map_err(|_| {
+                ControlError::Store(format!("corrupt unit-curve key {:?}", k.value()))
+            })?;
+            out.insert(n, decode("unit curve", k.value(), v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// Records (`Some`) or forgets (`None`) the curve of `device`'s units of
+    /// `channels` channels.
+    pub fn put_unit_curve(&self, device: &str, channels: u32, c: Option<&UnitCurve>) -> Result<()> {
+        let key = format!("{device}/{channels}");
+        match c {
+            Some(c) => self.put(UNIT_CURVES, &key, &encode(c)),
+            None => {
+                let tx = self.db.begin_write().map_err(store_err)?;
+                tx.open_table(UNIT_CURVES)
+                    .map_err(store_err)?
+                    .remove(key.as_str())
+                    .map_err(store_err)?;
+                tx.commit().map_err(store_err)
+            }
+        }
+    }
+
     /// Whether the initial vSSDs of the configuration were created already.
     pub fn initialized(&self) -> Result<bool> {
         let tx = self.db.begin_read().map_err(store_err)?;
@@ -238,6 +282,7 @@ mod tests {
             capacity_bytes: 1 << 20,
             gc: GcPolicyKind::Greedy,
             state: VssdState::Active,
+            sla: None,
         }
     }
 

@@ -536,6 +536,7 @@ fn interrupted_create_is_undone_at_startup() {
                 capacity_bytes: 1 << 20,
                 gc: GcPolicyKind::Greedy,
                 state: VssdState::Creating,
+                sla: None,
             })
             .unwrap();
     }
@@ -635,4 +636,136 @@ fn a_moved_data_dir_still_opens() {
     std::fs::write(top.path().join("elsewhere.flash"), b"").unwrap();
     let e = HostManager::open(&other, clock).unwrap_err().to_string();
     assert!(e.contains("backend") && e.contains("ssd0"), "{e}");
+}
+
+// ---------------------------------------------------------------------------------
+// SLA scheduling (Regulator)
+// ---------------------------------------------------------------------------------
+
+fn linear(r: f64, w: f64) -> ::sla::Curve {
+    ::sla::Curve::new(vec![(0.0, r), (w, 0.0)]).unwrap()
+}
+
+fn with_sla(mut s: VssdSpec, r: f64, w: f64) -> VssdSpec {
+    s.sla = Some(sched::TenantSla {
+        curve: Some(linear(r, w)),
+        weight: 1,
+        burst: false,
+    });
+    s
+}
+
+#[test]
+fn vssds_on_the_same_channels_share_a_scheduling_unit() {
+    let m = mem_manager("");
+    m.create_vssd(&with_sla(placed("a", &[0, 1], Some("0..8")), 1000.0, 100.0))
+        .unwrap();
+    m.create_vssd(&placed("b", &[0, 1], Some("8..16"))).unwrap();
+    m.create_vssd(&spec("c", 2)).unwrap();
+    let a = m.vssd_sla("a").unwrap();
+    assert_eq!(a.unit_channels, vec![0, 1]);
+    assert_eq!(a.neighbours, vec!["b".to_string()]);
+    assert_eq!(a.sla.unwrap().curve.unwrap(), linear(1000.0, 100.0));
+    let c = m.vssd_sla("c").unwrap();
+    assert_eq!(c.unit_channels, vec![2, 3]);
+    assert!(c.neighbours.is_empty());
+    assert_eq!(m.state.read().units.len(), 2);
+    // Every export carries a gate; the unit of a and b is one scheduler.
+    let ea = m.lookup("a").unwrap();
+    let eb = m.lookup("b").unwrap();
+    assert!(ea.gate.is_some() && eb.gate.is_some());
+    // Deleting both of a unit's vSSDs drops the unit.
+    m.delete_vssd("a").unwrap();
+    m.delete_vssd("b").unwrap();
+    assert_eq!(m.state.read().units.len(), 1);
+}
+
+#[test]
+fn slas_and_unit_curves_persist_and_apply_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config::from_toml(&config_text(dir.path().to_str().unwrap(), "file", "")).unwrap();
+    let clock = Arc::new(VirtualClock::new(0));
+    let unit = crate::measure::UnitCurve {
+        percentile: ::sla::catalog::Percentile::P95,
+        bound_us: 500.0,
+        curve: linear(5000.0, 500.0),
+        samples: vec![],
+    };
+    {
+        let m = HostManager::open(&cfg, clock.clone()).unwrap();
+        m.create_vssd(&placed("a", &[0], Some("0..8"))).unwrap();
+        assert!(m.vssd_sla("a").unwrap().sla.is_none());
+        let info = m
+            .set_vssd_sla(
+                "a",
+                Some(sched::TenantSla {
+                    curve: Some(linear(100.0, 10.0)),
+                    weight: 2,
+                    burst: true,
+                }),
+            )
+            .unwrap();
+        assert_eq!(info.sla.as_ref().unwrap().weight, 2);
+        m.set_unit_curve("ssd0", 1, Some(unit.clone())).unwrap();
+        assert_eq!(m.vssd_sla("a").unwrap().unit_curve, Some(unit.clone()));
+        // The live scheduler has both.
+        let st = m.state.read();
+        let g = st.vssds["a"].gate.clone().unwrap();
+        assert_eq!(g.scheduler().unit_curve(), Some(linear(5000.0, 500.0)));
+        assert!(g.scheduler().tenant("a").unwrap().sla.burst);
+        m.shutdown().unwrap();
+    }
+    let m = HostManager::open(&cfg, clock).unwrap();
+    let a = m.vssd_sla("a").unwrap();
+    assert_eq!(a.sla.unwrap().curve.unwrap(), linear(100.0, 10.0));
+    assert_eq!(a.unit_curve, Some(unit));
+    assert_eq!(m.unit_curves("ssd0").unwrap().len(), 1);
+    m.set_unit_curve("ssd0", 1, None).unwrap();
+    assert!(m.unit_curves("ssd0").unwrap().is_empty());
+}
+
+#[test]
+fn bad_slas_are_refused_and_change_nothing() {
+    let m = mem_manager("");
+    let mut s = spec("a", 1);
+    s.sla = Some(sched::TenantSla {
+        curve: None,
+        weight: 0,
+        burst: false,
+    });
+    let e = m.create_vssd(&s).unwrap_err();
+    assert!(e.to_string().contains("weight"), "{e}");
+    assert!(m.list().is_empty(), "nothing half-created");
+    m.create_vssd(&spec("a", 1)).unwrap();
+    let zero = sched::TenantSla {
+        curve: Some(::sla::Curve::new(vec![(0.0, 0.0)]).unwrap()),
+        weight: 1,
+        burst: false,
+    };
+    let e = m.set_vssd_sla("a", Some(zero)).unwrap_err();
+    assert!(e.to_string().contains("allows no I/O"), "{e}");
+    assert!(m.vssd_sla("a").unwrap().sla.is_none());
+    assert!(m.set_vssd_sla("nope", None).is_err());
+    let e = m.set_unit_curve("ssd0", 9, None).unwrap_err();
+    assert!(e.to_string().contains("impossible"), "{e}");
+    assert!(m.set_unit_curve("ssd9", 1, None).is_err());
+}
+
+#[test]
+fn a_device_can_opt_out_of_scheduling() {
+    let cfg = Config::from_toml(&format!(
+        "{}\n[devices.scheduler]\nenabled = false\n",
+        config_text("/nonexistent", "memory", "")
+    ))
+    .unwrap();
+    let m = HostManager::open_with(
+        &cfg,
+        Arc::new(VirtualClock::new(0)),
+        ControlStore::memory().unwrap(),
+        Arc::new(MemCheckpoints::default()),
+    )
+    .unwrap();
+    m.create_vssd(&spec("a", 1)).unwrap();
+    assert!(m.lookup("a").unwrap().gate.is_none());
+    assert!(m.vssd_sla("a").unwrap().stats.is_none());
 }
