@@ -260,6 +260,9 @@ fn trace_pool(a: &PlacementArgs) -> Result<Vec<PoolEntry>> {
     Ok(pool)
 }
 
+/// The synthetic groups; the position is the group's stable id in seeds.
+const GROUPS: [&str; 4] = ["paper", "read", "write", "mixed"];
+
 fn group_mix(group: &str, n: usize) -> Result<Vec<(Workload, usize)>> {
     Ok(match group {
         "paper" => vec![
@@ -309,8 +312,9 @@ fn populations(
         });
         return Ok(out);
     }
-    for (gi, g) in a.groups.iter().enumerate() {
+    for g in &a.groups {
         let mix = group_mix(g, a.tenants)?;
+        let gi = GROUPS.iter().position(|x| x == g).unwrap_or(GROUPS.len());
         let mut rng = SplitMix64::derive(a.seed, &[trial as u64, gi as u64]);
         let tenants = synthetic_population(&mix, params, &mut rng);
         out.push(Population {
@@ -401,12 +405,19 @@ pub fn run(a: &PlacementArgs) -> Result<()> {
     let mut trials: Vec<TrialResult> = Vec::new();
     let mut class_counts: BTreeMap<(String, Workload), usize> = BTreeMap::new();
     for t in 0..a.trials {
-        for (gi, pop) in populations(a, &params, &pool, t)?.into_iter().enumerate() {
+        for pop in populations(a, &params, &pool, t)? {
+            let gi = GROUPS
+                .iter()
+                .position(|&g| g == pop.group)
+                .unwrap_or(GROUPS.len());
             for c in &pop.classes {
                 *class_counts.entry((pop.group.clone(), *c)).or_default() += 1;
             }
-            for (pi, &p) in a.percentiles.iter().enumerate() {
+            for &p in &a.percentiles {
                 for (mi, m) in Method::ALL.into_iter().enumerate() {
+                    // Streams keyed by stable ids, so a run of a subset of
+                    // groups or percentiles reproduces the full run's cells.
+                    let pi = Percentile::ALL.iter().position(|&x| x == p).unwrap_or(0);
                     let seed =
                         SplitMix64::derive(a.seed, &[t as u64, gi as u64, pi as u64, mi as u64])
                             .next_u64();

@@ -100,6 +100,31 @@ fn small_run_writes_table_csv_and_plot() {
     assert!(svg.starts_with("<svg") && svg.contains("<rect") && svg.contains("regulator"));
     // Same options, same output.
     assert_eq!(ok(&args), table);
+    // A subset of the groups and percentiles reproduces the full run's cells.
+    let sub = d.path().join("sub.csv");
+    ok(&[
+        "--tenants",
+        "30",
+        "--trials",
+        "2",
+        "--percentiles",
+        "p99.9",
+        "--groups",
+        "read",
+        "--csv",
+        path(&sub),
+    ]);
+    let sub = csv_rows(&sub);
+    assert_eq!(sub.len(), 4);
+    for r in &sub {
+        let full = rows
+            .iter()
+            .find(|x| {
+                x["group"] == "read" && x["percentile"] == "p99.9" && x["method"] == r["method"]
+            })
+            .unwrap();
+        assert_eq!(r, full);
+    }
 }
 
 #[test]
@@ -212,6 +237,32 @@ fn bad_input_gets_clear_errors() {
         "1",
     ]);
     assert!(out.contains("paper   p95"), "{out}");
+    // JSON catalogues take curves in sla::Curve's own serialisation.
+    let json = d.path().join("units.json");
+    std::fs::write(
+        &json,
+        r#"{"unit": [{"name": "measured", "cost": 1.5, "curves": {"p99": [[0.0, 250000.0], [20000.0, 150000.0], [25000.0, 0.0]]}}]}"#,
+    )
+    .unwrap();
+    let out = ok(&[
+        "--units",
+        path(&json),
+        "--percentiles",
+        "p99",
+        "--groups",
+        "mixed",
+        "--tenants",
+        "10",
+        "--trials",
+        "1",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["catalogue"]["unit"][0]["name"], "measured");
+    assert_eq!(
+        v["rows"][3]["per_type"].as_str().unwrap().split(':').next(),
+        Some("measured")
+    );
     let e = fails(&["--metric", "cosine"]);
     assert!(e.contains("unknown metric \"cosine\""), "{e}");
     let e = fails(&["--percentiles", "p90"]);
