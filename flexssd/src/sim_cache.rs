@@ -287,18 +287,35 @@ pub(crate) fn plot(out: &Path, results: &[RunResult]) -> Result<()> {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "plot".into());
     let cost_out = out.with_file_name(format!("{stem}-cost.svg"));
-    let draw = |y: &str, file: &Path, title: &str, ylabel: &str| {
-        crate::plot::run(&crate::plot::PlotCmd::Lines(crate::plot::LinesArgs {
-            csv: tmp.clone(),
-            x: "log2_cache_mib".into(),
-            y: y.into(),
-            series: "policy".into(),
-            out: file.to_path_buf(),
-            title: title.into(),
-            xlabel: Some("cache size, log2(MiB)".into()),
-            ylabel: Some(ylabel.into()),
-            logy: false,
-        }))
+    // Built through the command-line parser, so options that `plot lines`
+    // gains later keep their defaults here.
+    #[derive(clap::Parser)]
+    struct Lines {
+        #[command(flatten)]
+        args: crate::plot::LinesArgs,
+    }
+    let draw = |y: &str, file: &Path, title: &str, ylabel: &str| -> Result<()> {
+        let argv: Vec<std::ffi::OsString> = vec![
+            "plot".into(),
+            "--csv".into(),
+            tmp.clone().into(),
+            "--x".into(),
+            "log2_cache_mib".into(),
+            "--y".into(),
+            y.into(),
+            "--series".into(),
+            "policy".into(),
+            "--out".into(),
+            file.into(),
+            "--title".into(),
+            title.into(),
+            "--xlabel".into(),
+            "cache size, log2(MiB)".into(),
+            "--ylabel".into(),
+            ylabel.into(),
+        ];
+        let l = <Lines as clap::Parser>::try_parse_from(argv)?;
+        crate::plot::run(&crate::plot::PlotCmd::Lines(l.args))
     };
     let r = draw("hit_pct", out, "IO hit ratio", "hit ratio (%)").and_then(|_| {
         draw(
