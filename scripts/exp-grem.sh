@@ -233,9 +233,10 @@ P("* **GREM against vFRM.** Both move content lazily, in the same bins and lines
   f"vFRM hits at least as much as both at {len(vs)} (mix, size) points."))
 pts = [(hit(mix, "dgrem", m) - hit(mix, "grem", m), mix, m) for mix in MIXES for m in sizes]
 ahead = sum(1 for d, _, _ in pts if d > 0)
+close = sum(1 for d, _, _ in pts if abs(d) < 1)
 big = max(pts, key=lambda t: abs(t[0]))
 P(f"* **D-GREM against GREM.** D-GREM hits more than GREM at {ahead} of {len(pts)} (mix, size) points; the largest difference is "
-  f"{big[0]:+.2f} points ({big[1]} mix, {fmt_size(big[2])}), and most are within a point: the zone boundary matters only when the "
+  f"{big[0]:+.2f} points ({big[1]} mix, {fmt_size(big[2])}), and {close} of the {len(pts)} are within one point: the zone boundary matters only when the "
   "bins popular in the last epoch and those popular in the long run do not both fit. The aging weight is per epoch, so shorter "
   "epochs also shorten GREM's memory (compare mixed and mixed-1min at 2 and 4 GiB).")
 P("")
