@@ -149,7 +149,7 @@ pub fn run(a: &CacheArgs) -> Result<()> {
             .with_context(|| format!("write {}", p.display()))?;
     }
     if let Some(p) = &a.plot {
-        plot(p, &results)?;
+        plot(p, &results, &a.label)?;
     }
     if a.json {
         let out = serde_json::json!({
@@ -268,7 +268,7 @@ fn csv(label: &str, results: &[RunResult]) -> String {
 /// Draws the hit ratio (`out`) and the normalised IO cost (`out` with
 /// `-cost` before the extension) of the totals against log2 of the cache size
 /// in MiB, one line per policy, with `flexssd plot lines`.
-pub(crate) fn plot(out: &Path, results: &[RunResult]) -> Result<()> {
+pub(crate) fn plot(out: &Path, results: &[RunResult], label: &str) -> Result<()> {
     let mut pts = String::from("policy,log2_cache_mib,hit_pct,norm_cost\n");
     for r in results {
         let x = (r.cache_bytes as f64 / (1u64 << 20) as f64).log2();
@@ -317,11 +317,18 @@ pub(crate) fn plot(out: &Path, results: &[RunResult]) -> Result<()> {
         let l = <Lines as clap::Parser>::try_parse_from(argv)?;
         crate::plot::run(&crate::plot::PlotCmd::Lines(l.args))
     };
-    let r = draw("hit_pct", out, "IO hit ratio", "hit ratio (%)").and_then(|_| {
+    let titled = |t: &str| {
+        if label.is_empty() {
+            t.to_string()
+        } else {
+            format!("{t}: {label}")
+        }
+    };
+    let r = draw("hit_pct", out, &titled("IO hit ratio"), "hit ratio (%)").and_then(|_| {
         draw(
             "norm_cost",
             &cost_out,
-            "IO cost (normalised to no cache)",
+            &titled("IO cost (normalised to no cache)"),
             "normalised IO cost",
         )
     });
