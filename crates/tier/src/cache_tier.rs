@@ -1,0 +1,863 @@
+//! The cache tier: tenant volumes over one backing store, cached in 4 KiB
+//! slots of a flash device under one replacement policy.
+//!
+//! What lives where:
+//! * the **policy** (a [`cache::CachePolicy`]) knows which lines are cached,
+//!   in its own line size (4 KiB for GLRU, ARC, CAR; 128 KiB for vFRM, GREM,
+//!   D-GREM), and reports evictions and epoch migrations as [`Events`];
+//! * the **slot map** says where each cached 4 KiB block sits in the cache
+//!   device. It is the ground truth of the data path: a block is served from
+//!   flash exactly when it is in the map, and every block in the map holds the
+//!   same bytes as the backing store.
+//!
+//! When a line enters the cache (admitted on a miss, or migrated in at an
+//! epoch end) all of its blocks inside the volume are filled at once, from the
+//! data of the request when it covers the line, else with one read of the line
+//! from the backing store. When it leaves, its slots go back to the free list.
+//! A policy of capacity `C` lines of `L` blocks never holds more than `C * L`
+//! blocks, and the tier never sets `C * L` above the device's slot count, so a
+//! free slot is always there.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use blockdev::{check_range, BlockDev, BlockSizes, IoResult};
+use cache::{Access, CachePolicy, Events, Key, PolicyConfig, PolicyKind, TenantOccupancy};
+use clock::{Clock, Nanos};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::TierError;
+
+/// Bytes per block and per cache slot.
+const B: u64 = cache::BLOCK_BYTES;
+
+/// One tenant volume of a tier: a name and a size (a multiple of 4 KiB).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeSpec {
+    /// Volume name (the daemon exports it over NBD under this name).
+    pub name: String,
+    /// Size in bytes; a multiple of 4096.
+    pub size: u64,
+}
+
+/// How to build a [`CacheTier`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct TierSetup {
+    /// Tier name, for messages and statistics.
+    pub name: String,
+    /// The replacement policy to start with.
+    pub policy: PolicyKind,
+    /// The policies' parameters (line and bin sizes, epoch length, ...).
+    pub policy_config: PolicyConfig,
+    /// Cache size to start with, bytes; at most the cache device's size
+    /// rounded down to 4 KiB.
+    pub cache_bytes: u64,
+    /// The tenant volumes, laid out one after the other from the start of
+    /// the backing store; each is a tenant of the policy (its index).
+    pub volumes: Vec<VolumeSpec>,
+}
+
+/// Counters and gauges of one tenant volume. Hits and misses count 4 KiB
+/// blocks (a request touching part of a block counts that block); a hit is a
+/// block served from (read) or updated in (write) flash.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct VolumeStats {
+    /// Volume name.
+    pub name: String,
+    /// Its tenant number in the policy.
+    pub tenant: u32,
+    /// Where it starts in the backing store, bytes.
+    pub offset: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Blocks read from flash.
+    pub read_hits: u64,
+    /// Blocks read from the backing store.
+    pub read_misses: u64,
+    /// Blocks written whose cached copy was updated.
+    pub write_hits: u64,
+    /// Blocks written that were not cached.
+    pub write_misses: u64,
+    /// Bytes read by clients.
+    pub read_bytes: u64,
+    /// Bytes written by clients.
+    pub write_bytes: u64,
+    /// Bytes of this tenant the policy holds in the cache.
+    pub resident_bytes: u64,
+    /// Bytes reserved for this tenant (vFRM share, GREM long-term zone); `None`
+    /// for policies without reservations.
+    pub reserved_bytes: Option<u64>,
+}
+
+impl VolumeStats {
+    /// Read hits over read accesses (0 when there were none).
+    pub fn read_hit_ratio(&self) -> f64 {
+        ratio(self.read_hits, self.read_misses)
+    }
+
+    /// Write hits over write accesses (0 when there were none).
+    pub fn write_hit_ratio(&self) -> f64 {
+        ratio(self.write_hits, self.write_misses)
+    }
+
+    /// All hits over all accesses (0 when there were none).
+    pub fn hit_ratio(&self) -> f64 {
+        ratio(
+            self.read_hits + self.write_hits,
+            self.read_misses + self.write_misses,
+        )
+    }
+}
+
+fn ratio(hits: u64, misses: u64) -> f64 {
+    if hits + misses == 0 {
+        0.0
+    } else {
+        hits as f64 / (hits + misses) as f64
+    }
+}
+
+/// What a tier reports: its policy, sizes, zones, movement counters and the
+/// counters of each volume.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TierStats {
+    /// Tier name.
+    pub name: String,
+    /// The policy now.
+    pub policy: PolicyKind,
+    /// The policy's line size, bytes.
+    pub line_bytes: u64,
+    /// Cache size now, bytes.
+    pub cache_bytes: u64,
+    /// Largest cache size: the cache device's 4 KiB slots.
+    pub max_cache_bytes: u64,
+    /// Bytes of data in the cache now (slots in use).
+    pub cached_bytes: u64,
+    /// Capacity of the long-term zone `Z_L`, bytes (GREM, D-GREM).
+    pub long_term_zone_bytes: Option<u64>,
+    /// Capacity of the short-term zone `Z_S`, bytes (GREM, D-GREM).
+    pub short_term_zone_bytes: Option<u64>,
+    /// Lines filled into the cache (admitted or migrated in).
+    pub lines_filled: u64,
+    /// Lines that left the cache (evicted, or dropped by a policy change).
+    pub lines_evicted: u64,
+    /// Policy changes since the tier started.
+    pub policy_changes: u64,
+    /// Per volume, in tenant order.
+    pub volumes: Vec<VolumeStats>,
+}
+
+#[derive(Debug)]
+struct VolMeta {
+    name: String,
+    base: u64,
+    size: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    read_hits: u64,
+    read_misses: u64,
+    write_hits: u64,
+    write_misses: u64,
+    read_bytes: u64,
+    write_bytes: u64,
+}
+
+/// Everything behind the tier's lock.
+struct State {
+    policy: Box<dyn CachePolicy>,
+    /// Blocks per policy line.
+    line_blocks: u64,
+    cache_bytes: u64,
+    /// Cached block → its slot in the cache device.
+    map: BTreeMap<Key, u32>,
+    free: Vec<u32>,
+    events: Events,
+    /// Policy time: the clock, never going back.
+    last_ns: Nanos,
+    counts: Vec<Counts>,
+    lines_filled: u64,
+    lines_evicted: u64,
+    policy_changes: u64,
+    /// Line-sized buffer for fills from the backing store.
+    scratch: Vec<u8>,
+}
+
+struct Shared {
+    name: String,
+    backing: Arc<dyn BlockDev>,
+    cache: Arc<dyn BlockDev>,
+    clock: Arc<dyn Clock>,
+    policy_config: PolicyConfig,
+    slots: u64,
+    vols: Vec<VolMeta>,
+    state: Mutex<State>,
+}
+
+/// A shared cache over one backing store, for several tenant volumes. See
+/// the [crate docs](crate) for the design.
+pub struct CacheTier {
+    shared: Arc<Shared>,
+    volumes: Vec<Arc<TierVolume>>,
+}
+
+impl std::fmt::Debug for CacheTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheTier")
+            .field("name", &self.shared.name)
+            .field("slots", &self.shared.slots)
+            .field(
+                "volumes",
+                &self.shared.vols.iter().map(|v| &v.name).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// One tenant's volume of a [`CacheTier`]: a block device whose bytes live in
+/// its region of the backing store, cached by the tier.
+pub struct TierVolume {
+    shared: Arc<Shared>,
+    index: u32,
+}
+
+impl std::fmt::Debug for TierVolume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let m = &self.shared.vols[self.index as usize];
+        f.debug_struct("TierVolume")
+            .field("tier", &self.shared.name)
+            .field("name", &m.name)
+            .field("size", &m.size)
+            .finish()
+    }
+}
+
+fn key(space: u32, block: u64) -> Key {
+    Key::new(space, block).expect("volume sizes are checked against the key range at setup")
+}
+
+impl CacheTier {
+    /// Builds a tier over `backing` with `cache` as its flash, which it
+    /// empties (trims) first. Volumes are laid out from offset 0 of the
+    /// backing store in the order given.
+    pub fn new(
+        setup: TierSetup,
+        backing: Arc<dyn BlockDev>,
+        cache: Arc<dyn BlockDev>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<CacheTier, TierError> {
+        let name = setup.name;
+        let bad = |m: String| Err(TierError::Invalid(format!("tier {name:?}: {m}")));
+        if setup.volumes.is_empty() {
+            return bad("it has no volumes".into());
+        }
+        if setup.volumes.len() as u64 > u64::from(cache::MAX_SPACE) + 1 {
+            return bad(format!(
+                "{} volumes is more than the {} a policy can tell apart",
+                setup.volumes.len(),
+                u64::from(cache::MAX_SPACE) + 1
+            ));
+        }
+        let mut vols: Vec<VolMeta> = Vec::with_capacity(setup.volumes.len());
+        let mut base = 0u64;
+        for v in &setup.volumes {
+            if v.name.is_empty() {
+                return bad("a volume has an empty name".into());
+            }
+            if vols.iter().any(|o| o.name == v.name) {
+                return bad(format!("volume {:?} is listed twice", v.name));
+            }
+            if v.size == 0 || !v.size.is_multiple_of(B) {
+                return bad(format!(
+                    "volume {:?}: size {} is not a positive multiple of {B} bytes",
+                    v.name, v.size
+                ));
+            }
+            if v.size / B > cache::MAX_LINE {
+                return bad(format!("volume {:?}: size {} is too large", v.name, v.size));
+            }
+            vols.push(VolMeta {
+                name: v.name.clone(),
+                base,
+                size: v.size,
+            });
+            base = base.checked_add(v.size).ok_or_else(|| {
+                TierError::Invalid(format!("tier {name:?}: volume sizes overflow"))
+            })?;
+        }
+        if base > backing.size() {
+            return bad(format!(
+                "its volumes need {base} bytes but the backing store holds {}",
+                backing.size()
+            ));
+        }
+        let slots = (cache.size() / B).min(u64::from(u32::MAX));
+        if slots == 0 {
+            return bad(format!(
+                "the cache device of {} bytes holds no {B}-byte slot",
+                cache.size()
+            ));
+        }
+        check_size(&name, setup.cache_bytes, slots)?;
+        let policy = setup
+            .policy
+            .build(setup.cache_bytes, &setup.policy_config)?;
+        cache
+            .trim(0, cache.size())
+            .map_err(|source| TierError::Device {
+                what: format!("tier {name:?}: emptying the cache device"),
+                source,
+            })?;
+        let state = State {
+            line_blocks: policy.line_blocks(),
+            policy,
+            cache_bytes: setup.cache_bytes,
+            map: BTreeMap::new(),
+            free: (0..slots as u32).rev().collect(),
+            events: Events::new(),
+            last_ns: 0,
+            counts: vec![Counts::default(); vols.len()],
+            lines_filled: 0,
+            lines_evicted: 0,
+            policy_changes: 0,
+            scratch: Vec::new(),
+        };
+        let shared = Arc::new(Shared {
+            name,
+            backing,
+            cache,
+            clock,
+            policy_config: setup.policy_config,
+            slots,
+            vols,
+            state: Mutex::new(state),
+        });
+        let volumes = (0..shared.vols.len() as u32)
+            .map(|index| {
+                Arc::new(TierVolume {
+                    shared: shared.clone(),
+                    index,
+                })
+            })
+            .collect();
+        Ok(CacheTier { shared, volumes })
+    }
+
+    /// Tier name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The volumes, in tenant order.
+    pub fn volumes(&self) -> &[Arc<TierVolume>] {
+        &self.volumes
+    }
+
+    /// The volume called `name`.
+    pub fn volume(&self, name: &str) -> Option<&Arc<TierVolume>> {
+        self.volumes.iter().find(|v| v.name() == name)
+    }
+
+    /// Largest cache size, bytes: every 4 KiB slot of the cache device.
+    pub fn max_cache_bytes(&self) -> u64 {
+        self.shared.slots * B
+    }
+
+    /// The policy's parameters.
+    pub fn policy_config(&self) -> &PolicyConfig {
+        &self.shared.policy_config
+    }
+
+    /// Switches to policy `kind`, live. The cache is emptied and the new
+    /// policy starts cold (a policy cannot take over another's metadata);
+    /// the counters carry on. On error (the cache is too small for the new
+    /// policy) nothing changes.
+    pub fn set_policy(&self, kind: PolicyKind) -> Result<(), TierError> {
+        let sh = &self.shared;
+        let mut st = sh.state.lock();
+        let policy = kind
+            .build(st.cache_bytes, &sh.policy_config)
+            .map_err(|e| TierError::Invalid(format!("tier {:?}: {e}", sh.name)))?;
+        let resident = st.policy.len();
+        st.policy = policy;
+        st.line_blocks = st.policy.line_blocks();
+        st.lines_evicted += resident;
+        st.policy_changes += 1;
+        let slots: Vec<u32> = std::mem::take(&mut st.map).into_values().collect();
+        st.free.extend(slots);
+        // Let the flash forget the old contents (fewer pages for its GC to move).
+        sh.cache
+            .trim(0, sh.cache.size())
+            .map_err(|source| TierError::Device {
+                what: format!("tier {:?}: emptying the cache device", sh.name),
+                source,
+            })?;
+        Ok(())
+    }
+
+    /// Resizes the cache to `lines` 4 KiB lines, live. Shrinking evicts at
+    /// once (each policy chooses what); growing gives the policy room to
+    /// admit more. At most [`CacheTier::max_cache_bytes`] / 4096 lines, and
+    /// at least one of the policy's lines (bins for the coarse policies).
+    pub fn resize(&self, lines: u64) -> Result<(), TierError> {
+        let sh = &self.shared;
+        let bytes = lines
+            .checked_mul(B)
+            .ok_or_else(|| TierError::Invalid(format!("{lines} lines is too large")))?;
+        check_size(&sh.name, bytes, sh.slots)?;
+        let mut st = sh.state.lock();
+        // Check the size with a throw-away policy, so the error is in bytes.
+        st.policy
+            .kind()
+            .build(bytes, &sh.policy_config)
+            .map_err(|e| TierError::Invalid(format!("tier {:?}: {e}", sh.name)))?;
+        let line_lines = bytes / (st.line_blocks * B);
+        let mut ev = std::mem::take(&mut st.events);
+        let r = st.policy.resize(line_lines, &mut ev);
+        st.events = ev;
+        if let Err(e) = r {
+            st.events.clear();
+            return Err(TierError::Invalid(format!("tier {:?}: {e}", sh.name)));
+        }
+        st.cache_bytes = bytes;
+        // Shrinking only evicts: settling reads nothing and cannot fail on
+        // the devices, but report it if it does.
+        sh.settle(&mut st).map_err(|source| TierError::Device {
+            what: format!("tier {:?}: resizing", sh.name),
+            source,
+        })?;
+        Ok(())
+    }
+
+    /// Counters and gauges now.
+    pub fn stats(&self) -> TierStats {
+        let sh = &self.shared;
+        let st = sh.state.lock();
+        let line_bytes = st.line_blocks * B;
+        let mut occ: Vec<TenantOccupancy> = Vec::new();
+        st.policy.occupancy(&mut occ);
+        let zones = st.policy.zones();
+        let volumes = sh
+            .vols
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let c = st.counts[i];
+                let o = occ.iter().find(|o| o.tenant == i as u32);
+                VolumeStats {
+                    name: m.name.clone(),
+                    tenant: i as u32,
+                    offset: m.base,
+                    size: m.size,
+                    read_hits: c.read_hits,
+                    read_misses: c.read_misses,
+                    write_hits: c.write_hits,
+                    write_misses: c.write_misses,
+                    read_bytes: c.read_bytes,
+                    write_bytes: c.write_bytes,
+                    resident_bytes: o.map_or(0, |o| o.resident_lines * line_bytes),
+                    reserved_bytes: match o {
+                        Some(o) => o.reserved_lines.map(|l| l * line_bytes),
+                        // A tenant the policy has not seen has nothing reserved.
+                        None => zones.map(|_| 0),
+                    },
+                }
+            })
+            .collect();
+        TierStats {
+            name: sh.name.clone(),
+            policy: st.policy.kind(),
+            line_bytes,
+            cache_bytes: st.cache_bytes,
+            max_cache_bytes: sh.slots * B,
+            cached_bytes: st.map.len() as u64 * B,
+            long_term_zone_bytes: zones.map(|z| z.long_term_lines * line_bytes),
+            short_term_zone_bytes: zones.map(|z| z.short_term_lines * line_bytes),
+            lines_filled: st.lines_filled,
+            lines_evicted: st.lines_evicted,
+            policy_changes: st.policy_changes,
+            volumes,
+        }
+    }
+
+    /// Checks the tier's internal invariants (tests): every slot is either
+    /// free or holds exactly one block, and every cached block holds the
+    /// backing store's bytes.
+    #[cfg(test)]
+    fn check(&self) {
+        self.check_with(true)
+    }
+
+    /// [`CacheTier::check`], comparing the cached bytes only if `data`.
+    #[cfg(test)]
+    fn check_with(&self, data: bool) {
+        let sh = &self.shared;
+        let st = sh.state.lock();
+        let mut seen = vec![false; sh.slots as usize];
+        for &s in st.map.values().chain(st.free.iter()) {
+            assert!(!seen[s as usize], "slot {s} is used twice");
+            seen[s as usize] = true;
+        }
+        assert!(seen.iter().all(|&x| x), "a slot is lost");
+        assert!(
+            st.map.len() as u64 * B <= st.cache_bytes,
+            "{} blocks cached in a cache of {} bytes",
+            st.map.len(),
+            st.cache_bytes
+        );
+        let (mut a, mut b) = (vec![0u8; B as usize], vec![0u8; B as usize]);
+        for (&k, &s) in &st.map {
+            assert!(
+                st.policy.contains(k),
+                "block {k} is cached but not in the policy"
+            );
+            if !data {
+                continue;
+            }
+            let m = &sh.vols[k.space() as usize];
+            sh.cache.read(u64::from(s) * B, &mut a).unwrap();
+            sh.backing.read(m.base + k.line() * B, &mut b).unwrap();
+            assert!(a == b, "block {k} in slot {s} is stale");
+        }
+    }
+}
+
+fn check_size(name: &str, bytes: u64, slots: u64) -> Result<(), TierError> {
+    if bytes == 0 || !bytes.is_multiple_of(B) {
+        return Err(TierError::Invalid(format!(
+            "tier {name:?}: cache size {bytes} is not a positive multiple of {B} bytes"
+        )));
+    }
+    if bytes > slots * B {
+        return Err(TierError::Invalid(format!(
+            "tier {name:?}: cache size {bytes} bytes is more than its cache device holds ({} bytes)",
+            slots * B
+        )));
+    }
+    Ok(())
+}
+
+impl Shared {
+    fn vol(&self, v: u32) -> &VolMeta {
+        &self.vols[v as usize]
+    }
+
+    /// The policy's time for a request issued now.
+    fn tick(&self, st: &mut State) -> Nanos {
+        st.last_ns = st.last_ns.max(self.clock.now());
+        st.last_ns
+    }
+
+    /// Tells the policy about block `block` of volume `v`, then carries out
+    /// what it decided (evictions, migrations). Returns the completion of the
+    /// device operations that took.
+    fn access(&self, st: &mut State, v: u32, block: u64, write: bool, now: Nanos) -> IoResult {
+        let a = Access {
+            time_ns: now,
+            tenant: v,
+            key: key(v, block),
+            write,
+        };
+        let mut ev = std::mem::take(&mut st.events);
+        st.policy.access(a, &mut ev);
+        st.events = ev;
+        self.settle(st)
+    }
+
+    /// Applies the pending events: frees the slots of lines that left (and
+    /// are still out: an event list does not say in which order things
+    /// happened), fills lines that came in (and are still in).
+    fn settle(&self, st: &mut State) -> IoResult {
+        let mut done = 0;
+        if st.events.is_empty() {
+            return Ok(done);
+        }
+        let mut ev = std::mem::take(&mut st.events);
+        for &line in &ev.evicted {
+            let first = line.line() * st.line_blocks;
+            if !st.policy.contains(key(line.space(), first)) {
+                st.lines_evicted += 1;
+                self.drop_blocks(st, line.space(), first, first + st.line_blocks);
+            }
+        }
+        let mut result = Ok(());
+        for &line in &ev.migrated_in {
+            let first = line.line() * st.line_blocks;
+            if st.policy.contains(key(line.space(), first)) {
+                match self.load_line(st, line.space(), first) {
+                    Ok((n, t)) => {
+                        done = done.max(t);
+                        if n > 0 {
+                            let data = std::mem::take(&mut st.scratch);
+                            let r = self.install(st, line.space(), first, &data);
+                            st.scratch = data;
+                            match r {
+                                Ok(t) => done = done.max(t),
+                                Err(e) => {
+                                    result = Err(e);
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+        }
+        ev.clear();
+        st.events = ev;
+        result.map(|()| done)
+    }
+
+    /// Forgets the cached blocks `first..end` of volume `v`.
+    fn drop_blocks(&self, st: &mut State, v: u32, first: u64, end: u64) {
+        let end = end.min(self.vol(v).size / B);
+        if first >= end {
+            return;
+        }
+        let gone: Vec<Key> = st
+            .map
+            .range(key(v, first)..=key(v, end - 1))
+            .map(|(&k, _)| k)
+            .collect();
+        for k in gone {
+            if let Some(s) = st.map.remove(&k) {
+                st.free.push(s);
+            }
+        }
+    }
+
+    /// Blocks of the policy line starting at block `first` that lie inside
+    /// volume `v`: `first..end`.
+    fn line_end(&self, st: &State, v: u32, first: u64) -> u64 {
+        (first + st.line_blocks).min(self.vol(v).size / B)
+    }
+
+    /// Whether every block of the line starting at `first` is cached already.
+    fn line_cached(&self, st: &State, v: u32, first: u64) -> bool {
+        let end = self.line_end(st, v, first);
+        st.map.range(key(v, first)..key(v, end.max(first))).count() as u64 == end - first
+    }
+
+    /// Reads the line starting at block `first` of volume `v` (its part inside
+    /// the volume) from the backing store into `st.scratch`, unless it is all
+    /// cached. Returns the blocks read and the completion.
+    fn load_line(&self, st: &mut State, v: u32, first: u64) -> IoResult<(u64, Nanos)> {
+        let end = self.line_end(st, v, first);
+        if first >= end || self.line_cached(st, v, first) {
+            return Ok((0, 0));
+        }
+        let n = end - first;
+        st.scratch.resize((n * B) as usize, 0);
+        let t = self
+            .backing
+            .read(self.vol(v).base + first * B, &mut st.scratch)?;
+        st.lines_filled += 1;
+        Ok((n, t))
+    }
+
+    /// Caches the blocks of `data` (whole blocks, starting at block `first` of
+    /// volume `v`) that are not cached yet.
+    fn install(&self, st: &mut State, v: u32, first: u64, data: &[u8]) -> IoResult {
+        let mut done = 0;
+        for (i, chunk) in data.chunks(B as usize).enumerate() {
+            let k = key(v, first + i as u64);
+            if st.map.contains_key(&k) {
+                continue;
+            }
+            let Some(slot) = st.free.pop() else {
+                // Cannot happen: the policy never holds more blocks than
+                // there are slots. Serving from the backing store stays
+                // correct, so do that rather than fail the request.
+                debug_assert!(false, "tier {}: no free cache slot", self.name);
+                return Ok(done);
+            };
+            match self.cache.write(u64::from(slot) * B, chunk, false) {
+                Ok(t) => {
+                    done = done.max(t);
+                    st.map.insert(k, slot);
+                }
+                Err(e) => {
+                    st.free.push(slot);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    fn read(&self, v: u32, offset: u64, buf: &mut [u8]) -> IoResult {
+        let m = self.vol(v);
+        check_range(offset, buf.len() as u64, m.size)?;
+        let mut st = self.state.lock();
+        let now = self.tick(&mut st);
+        let mut done = now;
+        let mut pos = 0usize;
+        while pos < buf.len() {
+            let at = offset + pos as u64;
+            let (block, within) = (at / B, (at % B) as usize);
+            let n = (B as usize - within).min(buf.len() - pos);
+            let part = &mut buf[pos..pos + n];
+            done = done.max(self.access(&mut st, v, block, false, now)?);
+            let k = key(v, block);
+            if let Some(&slot) = st.map.get(&k) {
+                st.counts[v as usize].read_hits += 1;
+                done = done.max(self.cache.read(u64::from(slot) * B + within as u64, part)?);
+            } else {
+                st.counts[v as usize].read_misses += 1;
+                if st.policy.contains(k) {
+                    // Admitted: read the whole line once, serve from it, cache it.
+                    let first = block / st.line_blocks * st.line_blocks;
+                    let (_, t) = self.load_line(&mut st, v, first)?;
+                    done = done.max(t);
+                    let from = ((block - first) * B) as usize + within;
+                    part.copy_from_slice(&st.scratch[from..from + n]);
+                    let data = std::mem::take(&mut st.scratch);
+                    let r = self.install(&mut st, v, first, &data);
+                    st.scratch = data;
+                    done = done.max(r?);
+                } else {
+                    done = done.max(self.backing.read(m.base + at, part)?);
+                }
+            }
+            pos += n;
+        }
+        st.counts[v as usize].read_bytes += buf.len() as u64;
+        Ok(done)
+    }
+
+    fn write(&self, v: u32, offset: u64, data: &[u8], fua: bool) -> IoResult {
+        let m = self.vol(v);
+        check_range(offset, data.len() as u64, m.size)?;
+        let mut st = self.state.lock();
+        let now = self.tick(&mut st);
+        // Write-through: the backing store first, so whatever the cache does
+        // next (update, fill, migrate) copies the new bytes.
+        let mut done = now.max(self.backing.write(m.base + offset, data, fua)?);
+        let end = offset + data.len() as u64;
+        let mut pos = 0usize;
+        while pos < data.len() {
+            let at = offset + pos as u64;
+            let (block, within) = (at / B, at % B);
+            let n = (B as usize - within as usize).min(data.len() - pos);
+            done = done.max(self.access(&mut st, v, block, true, now)?);
+            let k = key(v, block);
+            if let Some(&slot) = st.map.get(&k) {
+                st.counts[v as usize].write_hits += 1;
+                match self
+                    .cache
+                    .write(u64::from(slot) * B + within, &data[pos..pos + n], false)
+                {
+                    Ok(t) => done = done.max(t),
+                    Err(e) => {
+                        // The copy may be half-written: forget it.
+                        st.map.remove(&k);
+                        st.free.push(slot);
+                        return Err(e);
+                    }
+                }
+            } else {
+                st.counts[v as usize].write_misses += 1;
+                if st.policy.contains(k) {
+                    let first = block / st.line_blocks * st.line_blocks;
+                    let line_end = self.line_end(&st, v, first);
+                    if offset <= first * B && end >= line_end * B {
+                        // The request holds the whole line.
+                        let from = (first * B - offset) as usize;
+                        let to = (line_end * B - offset) as usize;
+                        done = done.max(self.install(&mut st, v, first, &data[from..to])?);
+                    } else {
+                        let (_, t) = self.load_line(&mut st, v, first)?;
+                        done = done.max(t);
+                        let line = std::mem::take(&mut st.scratch);
+                        let r = self.install(&mut st, v, first, &line);
+                        st.scratch = line;
+                        done = done.max(r?);
+                    }
+                }
+            }
+            pos += n;
+        }
+        st.counts[v as usize].write_bytes += data.len() as u64;
+        Ok(done)
+    }
+
+    /// Trim and write-zeroes: the backing store's operation, then the cached
+    /// copies of every block touched are dropped (a later read refills them).
+    fn zero(&self, v: u32, offset: u64, len: u64, op: impl FnOnce(u64) -> IoResult) -> IoResult {
+        let m = self.vol(v);
+        check_range(offset, len, m.size)?;
+        let mut st = self.state.lock();
+        let now = self.tick(&mut st);
+        let done = now.max(op(m.base + offset)?);
+        if len > 0 {
+            self.drop_blocks(&mut st, v, offset / B, (offset + len).div_ceil(B));
+        }
+        Ok(done)
+    }
+}
+
+impl TierVolume {
+    /// Volume name.
+    pub fn name(&self) -> &str {
+        &self.shared.vols[self.index as usize].name
+    }
+
+    /// Its tenant number in the tier's policy.
+    pub fn tenant(&self) -> u32 {
+        self.index
+    }
+
+    /// Name of the tier it belongs to.
+    pub fn tier(&self) -> &str {
+        &self.shared.name
+    }
+}
+
+impl BlockDev for TierVolume {
+    fn size(&self) -> u64 {
+        self.shared.vol(self.index).size
+    }
+
+    fn block_sizes(&self) -> BlockSizes {
+        BlockSizes {
+            minimum: 512,
+            preferred: B as u32,
+            maximum: 32 << 20,
+        }
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
+        self.shared.read(self.index, offset, buf)
+    }
+
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
+        self.shared.write(self.index, offset, data, fua)
+    }
+
+    fn flush(&self) -> IoResult {
+        // The cache holds nothing the backing store lacks.
+        let now = self.shared.clock.now();
+        Ok(now.max(self.shared.backing.flush()?))
+    }
+
+    fn trim(&self, offset: u64, len: u64) -> IoResult {
+        let b = &self.shared.backing;
+        self.shared
+            .zero(self.index, offset, len, |at| b.trim(at, len))
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
+        let b = &self.shared.backing;
+        self.shared
+            .zero(self.index, offset, len, |at| b.write_zeroes(at, len, fua))
+    }
+}
+
+#[cfg(test)]
+mod tests;
