@@ -17,6 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{BlockRange, ByteSize, ControlError, Result};
 
+mod tiers;
+pub use tiers::{TierSpec, TierVolumeSpec, CACHE_VSSD_SUFFIX};
+
 /// The built-in configuration, used when the daemon is given no config file. It is
 /// also the reference: every key is shown with its default value.
 pub const DEFAULT_CONFIG: &str = r#"# flexssd configuration. This is the built-in default (`flexssd config default`).
@@ -103,6 +106,33 @@ channels = 4
 # curve = [[0, 20000], [2000, 0]]
 # weight = 1
 # burst = false
+
+# Shared flash cache tiers (GREM / D-GREM), none by default. A tier caches tenant
+# volumes kept in a slow backing file in a vSSD (<name>.cache, placed like a vSSD,
+# erased and created again at every start) under one replacement policy. Each
+# volume is an NBD export. Policy and size change live through the API; the cache
+# starts cold at every start (writes go through to the backing file).
+# [[tiers]]
+# name = "tier0"
+# channels = 1
+# device = "ssd0"
+# channel_ids = [4]
+# blocks = "0..32"
+# Cache size (multiple of 4K), also the most it can be resized to. Default: the
+# placement's raw flash less 12.5%.
+# cache_size = "256M"
+# glru, car, arc, vfrm, grem or dgrem.
+# policy = "dgrem"
+# Backing file and its size. Defaults: <data_dir>/<name>.backing, the volumes' total.
+# backing = "./flexssd-data/tier0.backing"
+# backing_size = "4G"
+# Policy parameters (defaults: the paper's; the coarse policies place content at
+# epoch ends).
+# policy_params = { epoch_secs = 300.0, coarse_line_bytes = 131072, bin_bytes = 1048576 }
+# Time the backing file like a hard disk; `hdd = {}` for these defaults.
+# hdd = { rpm = 7200, min_seek_us = 600, max_seek_us = 16000, transfer_mb_s = 160, near_bytes = 1048576 }
+# Tenant volumes (multiples of 4K), laid out in this order in the backing file.
+# volumes = [{ name = "tenant-a", size = "2G" }, { name = "tenant-b", size = "2G" }]
 "#;
 
 /// How the NBD server times its replies.
@@ -158,6 +188,9 @@ pub struct Config {
     /// vSSDs to create at first start. Default (in a config file): none.
     #[serde(default)]
     pub vssds: Vec<VssdSpec>,
+    /// Shared flash cache tiers, built at every start. Default: none.
+    #[serde(default)]
+    pub tiers: Vec<TierSpec>,
 }
 
 fn default_data_dir() -> PathBuf {
@@ -403,7 +436,7 @@ impl Config {
                 ));
             }
         }
-        Ok(())
+        tiers::validate(self)
     }
 
     /// The NBD unix socket path: `[nbd] socket`, or `<data_dir>/nbd.sock`.

@@ -37,6 +37,20 @@ pub enum ControlError {
     /// No device of that name.
     #[error("no device named {0:?}")]
     NoSuchDevice(String),
+    /// No cache tier of that name.
+    #[error("no cache tier named {0:?}")]
+    NoSuchTier(String),
+    /// The name belongs to a cache tier (one of its volumes or its cache vSSD).
+    #[error("{name:?} belongs to cache tier {tier:?} (a tier volume or the tier's cache vSSD)")]
+    TierName {
+        /// The name asked for.
+        name: String,
+        /// The tier that owns it.
+        tier: String,
+    },
+    /// A cache tier refused a change or could not be built.
+    #[error(transparent)]
+    Tier(tier::TierError),
     /// Not enough unused channels.
     #[error("not enough free channels: {requested} requested, {free} free on device {device}")]
     NotEnoughChannels {
@@ -107,8 +121,10 @@ impl ControlError {
             InvalidName(_) | CapacityTooLarge { .. } | Invalid(_) | Config(_) => {
                 ErrorKind::BadRequest
             }
-            NoSuchVssd(_) | NoSuchDevice(_) => ErrorKind::NotFound,
-            Duplicate(_) | Overlap { .. } => ErrorKind::Conflict,
+            NoSuchVssd(_) | NoSuchDevice(_) | NoSuchTier(_) => ErrorKind::NotFound,
+            Duplicate(_) | Overlap { .. } | TierName { .. } => ErrorKind::Conflict,
+            Tier(tier::TierError::Invalid(_) | tier::TierError::Cache(_)) => ErrorKind::BadRequest,
+            Tier(_) => ErrorKind::Internal,
             NotEnoughChannels { .. } => ErrorKind::NoSpace,
             Ftl(ftl::FtlError::Config(_)) => ErrorKind::BadRequest,
             Ftl(ftl::FtlError::NoSpace(_)) => ErrorKind::NoSpace,

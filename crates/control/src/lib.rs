@@ -10,6 +10,8 @@
 //! * [`config`]: the TOML configuration and its built-in default;
 //! * [`HostManager`]: devices, vSSD create/delete/list/stats, recovery at startup,
 //!   and the NBD export registry (one export per vSSD, wrapped in a stats layer);
+//! * cache tiers (`[[tiers]]`, [`TierInfo`]): tenant volumes over a slow backing
+//!   file, cached in a vSSD under a shared replacement policy (GREM, D-GREM, ...);
 //! * [`ControlStore`]: durable records in an embedded transactional store (redb),
 //!   ordered so that a crash never leaves flash un-erased for the next tenant;
 //! * [`size`]: human sizes (`"512M"`) and block ranges (`"0..32"`).
@@ -27,9 +29,11 @@ pub use config::{
     valid_name, ApiConfig, BackendKind, Config, DeviceConfig, Mode, NbdConfig, SchedulerSettings,
     VssdSpec, DEFAULT_CONFIG,
 };
+pub use config::{TierSpec, TierVolumeSpec};
 pub use error::{ControlError, ErrorKind, Result};
 pub use manager::{
     channel_list, DeviceInfo, EraseCounts, HostManager, HostStats, VssdInfo, VssdSlaInfo, VssdStats,
 };
+pub use manager::{TierInfo, TierVolumeIo};
 pub use size::{format_size, parse_size, BlockRange, ByteSize};
 pub use store::{ControlStore, DeviceRecord, VssdRecord, VssdState};

@@ -137,6 +137,8 @@ struct State {
     devices: Vec<DeviceEntry>,
     vssds: BTreeMap<String, VssdEntry>,
     units: BTreeMap<UnitKey, Arc<sched::Scheduler>>,
+    /// Cache tiers, by name.
+    tiers: BTreeMap<String, self::tier::TierEntry>,
 }
 
 impl State {
@@ -307,6 +309,7 @@ impl HostManager {
                 devices: entries,
                 vssds: BTreeMap::new(),
                 units: BTreeMap::new(),
+                tiers: BTreeMap::new(),
             }),
         };
         for rec in mgr.store.vssds()? {
@@ -332,6 +335,7 @@ impl HostManager {
             }
             mgr.store.set_initialized()?;
         }
+        mgr.open_tiers(config)?;
         Ok(mgr)
     }
 
@@ -636,6 +640,12 @@ impl HostManager {
         if self.state.read().vssds.contains_key(&spec.name) {
             return Err(ControlError::Duplicate(spec.name.clone()));
         }
+        if let Some(tier) = self.state.read().tier_owning(&spec.name) {
+            return Err(ControlError::TierName {
+                name: spec.name.clone(),
+                tier: tier.to_string(),
+            });
+        }
         let (drec, dev, extents) = self.place(spec)?;
         let geo = drec.geometry;
         let page = geo.page_size as u64;
@@ -696,6 +706,12 @@ impl HostManager {
     /// it again after a failure finishes the job.
     pub fn delete_vssd(&self, name: &str) -> Result<()> {
         let _g = self.lifecycle.lock();
+        if let Some(tier) = self.state.read().tier_owning(name) {
+            return Err(ControlError::TierName {
+                name: name.into(),
+                tier: tier.to_string(),
+            });
+        }
         let entry = self
             .state
             .read()
@@ -924,11 +940,16 @@ impl HostManager {
 }
 
 impl nbd::ExportRegistry for HostManager {
-    /// The active vSSD of that name; `""` is the vSSD named `default`, or else the
-    /// oldest active vSSD.
+    /// The active vSSD or the cache-tier volume of that name; `""` is the vSSD
+    /// named `default`, or else the oldest active vSSD. A tier's cache vSSD is
+    /// not exported.
     fn lookup(&self, name: &str) -> Option<nbd::Export> {
         let st = self.state.read();
-        let active = |e: &&VssdEntry| e.rec.state == VssdState::Active;
+        if let Some(export) = self.tier_export(&st, name) {
+            return Some(export);
+        }
+        let active =
+            |e: &&VssdEntry| e.rec.state == VssdState::Active && !st.is_tier_cache(&e.rec.name);
         let e = if name.is_empty() {
             st.vssds
                 .get("default")
@@ -952,19 +973,26 @@ impl nbd::ExportRegistry for HostManager {
         })
     }
 
-    /// (name, description) of every active vSSD, by name.
+    /// (name, description) of every active vSSD, by name (tier caches
+    /// excepted), then of every cache-tier volume.
     fn list(&self) -> Vec<(String, String)> {
         let st = self.state.read();
-        st.vssds
+        let mut out: Vec<(String, String)> = st
+            .vssds
             .values()
-            .filter(|e| e.rec.state == VssdState::Active)
+            .filter(|e| e.rec.state == VssdState::Active && !st.is_tier_cache(&e.rec.name))
             .map(|e| (e.rec.name.clone(), Self::describe(&e.rec)))
-            .collect()
+            .collect();
+        out.extend(Self::tier_export_list(&st));
+        out
     }
 }
 
 mod sla;
 pub use sla::VssdSlaInfo;
+
+mod tier;
+pub use self::tier::{TierInfo, TierVolumeIo};
 
 #[cfg(test)]
 mod tests;
