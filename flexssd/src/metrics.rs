@@ -15,6 +15,9 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
+mod tier;
+pub use self::tier::TierCollector;
+
 /// Reads a host's vSSD and device counters at every scrape.
 #[derive(Debug)]
 pub struct HostCollector {
@@ -319,6 +322,48 @@ impl Collector for HostCollector {
             "Raw flash in bytes",
             "device",
             &dg(&|x| x.raw_bytes as f64),
+        )?;
+        // Regulator's scheduler, per scheduled vSSD.
+        let sc = self.mgr.sched_stats();
+        let sch = |f: &dyn Fn(&sched::TenantStats) -> u64| -> Vec<(String, u64)> {
+            sc.iter().map(|(n, s)| (n.clone(), f(s))).collect()
+        };
+        counters(
+            e,
+            "flexssd_sched_pieces",
+            "Request pieces admitted by the SLA scheduler",
+            "vssd",
+            &sch(&|s| s.pieces),
+        )?;
+        counters(
+            e,
+            "flexssd_sched_delayed_pieces",
+            "Pieces the SLA scheduler held for a later time slice",
+            "vssd",
+            &sch(&|s| s.delayed),
+        )?;
+        gauges(
+            e,
+            "flexssd_sched_delay_seconds_sum",
+            "Total time pieces were held by the SLA scheduler",
+            "vssd",
+            &sc.iter()
+                .map(|(n, s)| (n.clone(), s.delay_ns as f64 / 1e9))
+                .collect(),
+        )?;
+        counters(
+            e,
+            "flexssd_sched_burst_bytes",
+            "Bytes admitted above the vSSD's SLA curve into spare capacity",
+            "vssd",
+            &sch(&|s| s.burst_bytes),
+        )?;
+        counters(
+            e,
+            "flexssd_sched_refused_pieces",
+            "Pieces refused because the SLA curve never allows them",
+            "vssd",
+            &sch(&|s| s.refused),
         )?;
         Ok(())
     }

@@ -82,6 +82,9 @@ enabled = true
 slice_us = 1000
 # Larger requests are split into pieces of at most this many bytes.
 piece_bytes = 65536
+# A tenant may run this many milliseconds of its curve ahead before it waits
+# (long-run rates follow the curve either way).
+bucket_ms = 100
 
 # vSSDs to create at the first start, when the control store is still empty.
 [[vssds]]
@@ -284,6 +287,9 @@ pub struct SchedulerSettings {
     /// Requests larger than this are split (and scheduled piece by piece).
     /// Default 65536, as in the paper.
     pub piece_bytes: u64,
+    /// How far (in milliseconds of its curve) a tenant may run ahead of its
+    /// curve before it waits. Default 100.
+    pub bucket_ms: u64,
 }
 
 impl Default for SchedulerSettings {
@@ -293,6 +299,7 @@ impl Default for SchedulerSettings {
             enabled: true,
             slice_us: d.slice_us,
             piece_bytes: d.piece_bytes,
+            bucket_ms: d.bucket_ms,
         }
     }
 }
@@ -303,6 +310,7 @@ impl SchedulerSettings {
         sched::SchedConfig {
             slice_us: self.slice_us,
             piece_bytes: self.piece_bytes,
+            bucket_ms: self.bucket_ms,
             ..sched::SchedConfig::default()
         }
     }

@@ -14,7 +14,8 @@
 //! Search: first the largest write rate at which a light read stream still meets
 //! the bound (`w_max`), by bisection; then, at evenly spaced write rates up to
 //! `w_max`, the largest read rate that meets it, by bisection. The curve is the
-//! upper convex hull of those samples, as in the paper.
+//! upper convex hull of those samples, as in the paper, up to the first write
+//! rate at which no read rate fits.
 
 use std::sync::Arc;
 
@@ -153,11 +154,19 @@ pub fn measure_curve(prober: &mut dyn Prober, spec: &SearchSpec) -> Result<UnitC
             latency_us: lat as f64 / 1e3,
         });
     }
-    let mut pts: Vec<(f64, f64)> = samples
-        .iter()
-        .map(|s| (s.write_iops, s.read_iops))
-        .collect();
-    pts.push((w_max, 0.0));
+    // The curve ends where reads stop fitting: at the first sampled write rate
+    // that leaves no read rate within the bound (the device ages as it is
+    // measured, so that can come before w_max), else at w_max.
+    let mut pts: Vec<(f64, f64)> = Vec::new();
+    for s in &samples {
+        pts.push((s.write_iops, s.read_iops));
+        if s.read_iops <= 0.0 && s.write_iops > 0.0 {
+            break;
+        }
+    }
+    if pts.last().is_some_and(|p| p.1 > 0.0) {
+        pts.push((w_max, 0.0));
+    }
     let curve = Curve::from_samples(&pts)
         .map_err(|e| ControlError::Invalid(format!("measured samples give no curve: {e}")))?;
     Ok(UnitCurve {
@@ -214,11 +223,14 @@ impl EmulatedProber {
     /// Builds the scratch unit (memory-backed, `channels` channels of `geometry`)
     /// and preconditions it: the whole capacity written once, then half of it
     /// overwritten at random, so that garbage collection runs as in steady state.
-    /// `duration` is the virtual time of each load point.
+    /// `utilization` is the share of the raw flash that holds live data (how
+    /// hard GC works depends on it); `None` is a vSSD's default capacity
+    /// (87.5%). `duration` is the virtual time of each load point.
     pub fn new(
         geometry: Geometry,
         timing: Timing,
         channels: u32,
+        utilization: Option<f64>,
         duration: Nanos,
         seed: u64,
     ) -> Result<Self> {
@@ -244,7 +256,27 @@ impl EmulatedProber {
         let extents: Vec<Extent> = (0..channels)
             .map(|c| Extent::whole_channel(&geo, c))
             .collect();
-        let capacity = ftl::default_capacity(&geo, &extents);
+        let capacity = match utilization {
+            None => ftl::default_capacity(&geo, &extents),
+            Some(u) if u > 0.0 && u < 1.0 => {
+                let raw = geo.total_bytes();
+                let page = u64::from(geo.page_size);
+                let want = ((raw as f64 * u) as u64 / page).max(1) * page;
+                let max = ftl::max_capacity(&geo, &extents);
+                if want > max {
+                    return Err(ControlError::Invalid(format!(
+                        "utilization {u} leaves no room for garbage collection (at most {:.3})",
+                        max as f64 / raw as f64
+                    )));
+                }
+                want
+            }
+            Some(u) => {
+                return Err(ControlError::Invalid(format!(
+                    "utilization must be between 0 and 1, not {u}"
+                )))
+            }
+        };
         let clock = Arc::new(VirtualClock::new(0));
         let vssd = Vssd::create(
             dev,
@@ -450,7 +482,8 @@ mod tests {
             pages_per_block: 64,
             ..Geometry::default()
         };
-        let mut p = EmulatedProber::new(geo, Timing::default(), 1, 50 * clock::MS, 1).unwrap();
+        let mut p =
+            EmulatedProber::new(geo, Timing::default(), 1, None, 50 * clock::MS, 1).unwrap();
         let idle = p.probe(1000.0, 0.0, 0.95).unwrap();
         // One channel of 4 dies: reads alone take about the 40 µs array read
         // plus the 10 µs transfer.
@@ -458,6 +491,12 @@ mod tests {
         // Writes at 80% of the program throughput make reads wait for programs.
         let busy = p.probe(1000.0, 8000.0, 0.95).unwrap();
         assert!(busy > 2 * idle, "busy p95 {busy} vs idle {idle}");
-        assert!(EmulatedProber::new(geo, Timing::default(), 99, SEC, 1).is_err());
+        assert!(EmulatedProber::new(geo, Timing::default(), 99, None, SEC, 1).is_err());
+        let e = EmulatedProber::new(geo, Timing::default(), 1, Some(0.99), SEC, 1).unwrap_err();
+        assert!(e.to_string().contains("no room"), "{e}");
+        assert!(EmulatedProber::new(geo, Timing::default(), 1, Some(1.5), SEC, 1).is_err());
+        assert!(
+            EmulatedProber::new(geo, Timing::default(), 1, Some(0.5), 20 * clock::MS, 1).is_ok()
+        );
     }
 }

@@ -22,10 +22,14 @@
 //! # Differences from the paper's pseudo-code, and why
 //!
 //! * Algorithm 1 checks the curve *before* submitting, so a slice can overshoot by
-//!   one request. Here the overshoot is carried into the next slices (the usage
-//!   decays by one slice's worth per slice, measured by the curve's gauge), so the
-//!   long-run rate equals the curve even when one request exceeds a slice's
-//!   budget (a 64 KiB piece against a 2 KiB-per-slice budget, say).
+//!   one request, and forgets everything at the next slice, so a tenant whose
+//!   curve allows one write every 25 slices can still write in every slice. Here
+//!   usage is carried from slice to slice (it decays by one slice's worth per
+//!   slice, measured by the curve's gauge): a token bucket in the curve's two
+//!   dimensions, [`SchedConfig::bucket_ms`] deep. The long-run rate is the
+//!   curve even when one request exceeds a slice's budget (a 64 KiB piece
+//!   against a 2 KiB-per-slice budget, say), and the depth lets a costly write
+//!   pass without holding up the reads behind it.
 //! * The paper's scheduler runs in a polling thread that drains queues at each
 //!   slice; reservations give the same order and rates with no polling thread.
 //! * Curve units: throughput in operations of [`SchedConfig::unit_bytes`] (4 KiB)
@@ -61,6 +65,11 @@ pub struct SchedConfig {
     pub piece_bytes: u64,
     /// Size of one operation in the curves' unit (curves are in these per second).
     pub unit_bytes: u64,
+    /// Depth of each tenant's bucket, in milliseconds of its curve: a tenant may
+    /// run ahead of its curve by this much before it waits. The long-run rate is
+    /// the curve either way; depth lets one expensive request (a write, on a
+    /// curve that allows few) pass without stalling the tenant's cheap ones.
+    pub bucket_ms: u64,
 }
 
 impl Default for SchedConfig {
@@ -69,6 +78,7 @@ impl Default for SchedConfig {
             slice_us: 1000,
             piece_bytes: 64 * 1024,
             unit_bytes: 4096,
+            bucket_ms: 100,
         }
     }
 }
@@ -180,10 +190,12 @@ impl Tenant {
         }
     }
 
-    fn under_curve(&self) -> bool {
+    /// Under its curve with `depth` slices of bucket: the carried usage is worth
+    /// less than `depth` slices of the curve.
+    fn under_curve(&self, depth: f64) -> bool {
         self.region
             .as_ref()
-            .is_none_or(|g| g.inside(self.w, self.r))
+            .is_none_or(|g| g.inside(self.w / depth, self.r / depth))
     }
 
     /// Normalised burst bytes in slice `s` (0 if it has not burst in `s`).
@@ -265,9 +277,36 @@ impl State {
         }
     }
 
-    fn unit_inside(&mut self, s: u64) -> bool {
+    /// Whether slice `s` has room under the unit's curve. With a depth of one
+    /// slice that is the paper's per-slice check. Deeper, it is a queue bound:
+    /// the work the unit has booked from `s` on without a break (slices filled
+    /// by spilled pieces, then the first one with room) must be worth less than
+    /// `depth` slices, so a costly write occupies the slices it is worth
+    /// without shutting cheap reads out of them, and the long-run rate still
+    /// follows the curve.
+    fn unit_inside(&mut self, s: u64, depth: u64) -> bool {
+        let Some(unit) = self.unit.clone() else {
+            return true;
+        };
         let u = *self.slice_mut(s);
-        !u.full && self.unit.as_ref().is_none_or(|g| g.inside(u.w, u.r))
+        if depth <= 1 {
+            return !u.full && unit.inside(u.w, u.r);
+        }
+        let d = depth as f64;
+        let mut backlog = 0.0;
+        let mut i = s;
+        loop {
+            let x = *self.slice_mut(i);
+            if !x.full {
+                backlog += unit.gauge(x.w, x.r);
+                return backlog < d;
+            }
+            backlog += 1.0;
+            if backlog >= d {
+                return false;
+            }
+            i += 1;
+        }
     }
 }
 
@@ -275,6 +314,8 @@ impl State {
 pub struct Scheduler {
     cfg: SchedConfig,
     slice_ns: u64,
+    /// Bucket depth in slices (at least 1).
+    depth: f64,
     clock: Arc<dyn Clock>,
     /// Nothing to enforce (no curves at all): gates admit at once without locking.
     idle: AtomicBool,
@@ -316,9 +357,11 @@ impl Scheduler {
             return Err(SchedError::Config("unit_bytes must be positive".into()));
         }
         let slice_ns = cfg.slice_us * 1000;
+        let depth = ((cfg.bucket_ms * 1000) as f64 / cfg.slice_us as f64).max(1.0);
         let s = Self {
             cfg,
             slice_ns,
+            depth,
             clock,
             idle: AtomicBool::new(unit_curve.is_none()),
             state: Mutex::new(State {
@@ -508,9 +551,9 @@ impl Scheduler {
         for _ in 0..MAX_LOOKAHEAD {
             let t = st.tenants.get_mut(tenant).expect("checked above");
             t.advance(s);
-            let under = t.under_curve();
+            let under = t.under_curve(self.depth);
             let may_burst = t.sla.burst;
-            let unit_ok = st.unit_inside(s);
+            let unit_ok = st.unit_inside(s, self.depth as u64);
             if under {
                 if unit_ok {
                     let t = st.tenants.get_mut(tenant).expect("checked above");
@@ -547,10 +590,10 @@ impl Scheduler {
             }
             // Over its curve and no bursting: jump to the first slice where the
             // tenant is back under it (its usage pays off one slice's worth per
-            // slice).
+            // slice, and it may carry up to `depth` slices' worth).
             let t = &st.tenants[tenant];
             let skip = match &t.region {
-                Some(reg) => (reg.gauge(t.w, t.r).floor() as u64).max(1),
+                Some(reg) => ((reg.gauge(t.w, t.r) - self.depth).floor() as u64 + 1).max(1),
                 None => 1,
             };
             s += skip;

@@ -11,9 +11,19 @@ fn linear(reads: f64, writes: f64) -> Curve {
     Curve::new(vec![(0.0, reads), (writes, 0.0)]).unwrap()
 }
 
+/// Slices of 1 ms and a bucket of one slice: every admission is checked
+/// against the curve over the current slice only, which the exact-rate tests
+/// below rely on.
+fn cfg() -> SchedConfig {
+    SchedConfig {
+        bucket_ms: 1,
+        ..SchedConfig::default()
+    }
+}
+
 fn sched(unit: Option<Curve>) -> (Arc<VirtualClock>, Arc<Scheduler>) {
     let clock = Arc::new(VirtualClock::new(0));
-    let s = Scheduler::new(SchedConfig::default(), unit, clock.clone()).unwrap();
+    let s = Scheduler::new(cfg(), unit, clock.clone()).unwrap();
     (clock, Arc::new(s))
 }
 
@@ -211,6 +221,55 @@ fn no_bursts_while_a_tenant_under_its_curve_is_held_back() {
 }
 
 #[test]
+fn a_deep_bucket_lets_a_costly_write_pass_without_stalling_reads() {
+    // A curve of 40 writes/s: one 4 KiB write is worth 25 ms of the curve.
+    let curve = || Some(linear(40_000.0, 40.0));
+    // With a one-slice bucket, the reads after a write wait about 25 ms.
+    let (clock, s) = sched(None);
+    let g = s.add_tenant("a", tenant(curve(), 1, false)).unwrap();
+    at(&g, Dir::Write, K);
+    clock.set(1_000_000);
+    assert!(at(&g, Dir::Read, K) >= 20_000_000);
+    // With the default 100 ms bucket they go at once, and the long-run rate
+    // is still the curve: 10 writes then reads at 40k/s for the rest.
+    let clock = Arc::new(VirtualClock::new(0));
+    let s = Arc::new(Scheduler::new(SchedConfig::default(), None, clock.clone()).unwrap());
+    let g = s.add_tenant("a", tenant(curve(), 1, false)).unwrap();
+    at(&g, Dir::Write, K);
+    clock.set(1_000_000);
+    assert_eq!(at(&g, Dir::Read, K), 1_000_000);
+    let t: Vec<_> = (0..40).map(|_| at(&g, Dir::Write, K)).collect();
+    let secs = *t.last().unwrap() as f64 / SEC as f64;
+    // 41 writes at 40/s less the 100 ms of depth: about 0.9 s.
+    assert!((0.85..=1.0).contains(&secs), "{secs}");
+}
+
+#[test]
+fn a_deep_unit_window_lets_reads_past_a_costly_write() {
+    // Unit: 100k reads/s or 100 writes/s. One write is worth 10 ms of it.
+    let unit = || Some(linear(100_000.0, 100.0));
+    let reads_after_write = |cfg: SchedConfig| {
+        let clock = Arc::new(VirtualClock::new(0));
+        let s = Arc::new(Scheduler::new(cfg, unit(), clock.clone()).unwrap());
+        let w = s.add_tenant("w", TenantSla::default()).unwrap();
+        let r = s.add_tenant("r", TenantSla::default()).unwrap();
+        at(&w, Dir::Write, K);
+        at(&r, Dir::Read, K)
+    };
+    // One-slice accounting: the write fills the next 10 slices.
+    assert!(reads_after_write(cfg()) >= 9_000_000);
+    // A 100 ms deep queue: the read goes at once.
+    assert_eq!(reads_after_write(SchedConfig::default()), 0);
+    // The long-run rate still holds: 300 writes take about 3 s less the window.
+    let clock = Arc::new(VirtualClock::new(0));
+    let s = Arc::new(Scheduler::new(SchedConfig::default(), unit(), clock.clone()).unwrap());
+    let w = s.add_tenant("w", TenantSla::default()).unwrap();
+    let last = (0..300).map(|_| at(&w, Dir::Write, K)).max().unwrap();
+    let secs = last as f64 / SEC as f64;
+    assert!((2.85..=3.0).contains(&secs), "{secs}");
+}
+
+#[test]
 fn forbidden_directions_are_refused() {
     let (_c, s) = sched(None);
     let ro = Curve::new(vec![(0.0, 1000.0)]).unwrap();
@@ -257,13 +316,13 @@ fn control_errors_are_clear() {
     let clock: Arc<dyn Clock> = Arc::new(VirtualClock::new(0));
     let bad = SchedConfig {
         slice_us: 0,
-        ..SchedConfig::default()
+        ..cfg()
     };
     assert!(matches!(
         Scheduler::new(bad, None, clock.clone()),
         Err(SchedError::Config(_))
     ));
-    let s = Arc::new(Scheduler::new(SchedConfig::default(), None, clock).unwrap());
+    let s = Arc::new(Scheduler::new(cfg(), None, clock).unwrap());
     let g = s.add_tenant("a", TenantSla::default()).unwrap();
     assert_eq!(
         s.add_tenant("a", TenantSla::default()).unwrap_err(),
@@ -306,9 +365,14 @@ proptest! {
         ca in arb_curve(),
         cb in arb_curve(),
         reqs in prop::collection::vec((any::<bool>(), any::<bool>(), 1u64..=16, 0u64..2000), 1..400),
+        deep in any::<bool>(),
     ) {
         let unit = sla::sum(&ca, &cb).unwrap();
-        let (clock, s) = sched(Some(unit.clone()));
+        // One-slice accounting, or the default 100-slice bucket and queue.
+        let config = if deep { SchedConfig::default() } else { cfg() };
+        let depth = if deep { 100.0 } else { 0.0 };
+        let clock = Arc::new(VirtualClock::new(0));
+        let s = Arc::new(Scheduler::new(config, Some(unit.clone()), clock.clone()).unwrap());
         let a = s.add_tenant("a", tenant(Some(ca.clone()), 1, false)).unwrap();
         let b = s.add_tenant("b", tenant(Some(cb.clone()), 1, false)).unwrap();
         let mut booked: Vec<(bool, bool, u64, Nanos)> = Vec::new();
@@ -338,7 +402,8 @@ proptest! {
                 // Pieces of at most 64 KiB may overshoot the last slice (one
                 // per tenant): allow two pieces' gauge.
                 let piece = Region::new(curve.clone(), K, 1e-3);
-                let slack = 2.0 * piece.gauge(0.0, 16.0 * K as f64).max(piece.gauge(16.0 * K as f64, 0.0));
+                let slack = depth
+                    + 2.0 * piece.gauge(0.0, 16.0 * K as f64).max(piece.gauge(16.0 * K as f64, 0.0));
                 assert!(g <= slices as f64 + slack + 1e-6, "gauge {g} over {slices} slices (+{slack})");
             }
         };
