@@ -21,6 +21,9 @@
 //! | `PUT /v1/devices/{name}/curves/{channels}` | store a unit curve (body: [`control::measure::UnitCurve`]) |
 //! | `DELETE /v1/devices/{name}/curves/{channels}` | forget it |
 //! | `GET /v1/stats` | every vSSD's and device's counters |
+//! | `GET /v1/tiers`, `GET /v1/tiers/{name}` | cache tiers: policy, sizes, zones, per-volume hits and misses |
+//! | `PUT /v1/tiers/{name}/policy` | change a tier's policy live (body: `{"policy": "grem"}`) |
+//! | `PUT /v1/tiers/{name}/size` | resize a tier's cache live (body: `{"size": "64M"}`) |
 //! | `GET /metrics` | Prometheus / OpenMetrics text |
 
 use std::net::SocketAddr;
@@ -130,6 +133,7 @@ async fn blocking<T: Send + 'static>(
 pub fn router(mgr: Arc<HostManager>, info: Info) -> Router {
     let mut metrics = prometheus_client::registry::Registry::default();
     metrics.register_collector(Box::new(crate::metrics::HostCollector::new(mgr.clone())));
+    metrics.register_collector(Box::new(crate::metrics::TierCollector::new(mgr.clone())));
     let state = Arc::new(AppState { mgr, info, metrics });
     Router::new()
         .route("/v1/info", get(get_info))
@@ -146,6 +150,10 @@ pub fn router(mgr: Arc<HostManager>, info: Info) -> Router {
             put(put_curve).delete(delete_curve),
         )
         .route("/v1/stats", get(get_stats))
+        .route("/v1/tiers", get(list_tiers))
+        .route("/v1/tiers/:name", get(get_tier))
+        .route("/v1/tiers/:name/policy", put(put_tier_policy))
+        .route("/v1/tiers/:name/size", put(put_tier_size))
         .route("/metrics", get(get_metrics))
         .fallback(not_found)
         .with_state(state)
@@ -289,6 +297,59 @@ async fn delete_vssd(
 
 async fn get_stats(State(st): State<Shared>) -> ApiResult<impl IntoResponse> {
     Ok(Json(blocking(&st, |m| Ok(m.stats())).await?))
+}
+
+/// Body of `PUT /v1/tiers/{name}/policy`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierPolicyBody {
+    /// A policy name: glru, car, arc, vfrm, grem or dgrem.
+    pub policy: String,
+}
+
+/// Body of `PUT /v1/tiers/{name}/size`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierSizeBody {
+    /// New cache size: bytes, or with a K/M/G/T suffix; a multiple of 4 KiB.
+    pub size: control::ByteSize,
+}
+
+async fn list_tiers(State(st): State<Shared>) -> ApiResult<Json<Vec<control::TierInfo>>> {
+    Ok(Json(blocking(&st, |m| Ok(m.tiers())).await?))
+}
+
+async fn get_tier(
+    State(st): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+) -> ApiResult<Json<control::TierInfo>> {
+    Ok(Json(blocking(&st, move |m| m.tier(&name)).await?))
+}
+
+async fn put_tier_policy(
+    State(st): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+    b: Bytes,
+) -> ApiResult<Json<control::TierInfo>> {
+    let req: TierPolicyBody = body(&b)?;
+    let policy: cache::PolicyKind = req
+        .policy
+        .parse()
+        .map_err(|e: cache::CacheError| ApiError(StatusCode::BAD_REQUEST, e.to_string()))?;
+    Ok(Json(
+        blocking(&st, move |m| m.set_tier_policy(&name, policy)).await?,
+    ))
+}
+
+async fn put_tier_size(
+    State(st): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+    b: Bytes,
+) -> ApiResult<Json<control::TierInfo>> {
+    let req: TierSizeBody = body(&b)?;
+    Ok(Json(
+        blocking(&st, move |m| m.resize_tier(&name, req.size.0)).await?,
+    ))
 }
 
 async fn get_metrics(State(st): State<Shared>) -> ApiResult<Response> {

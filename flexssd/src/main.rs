@@ -13,6 +13,7 @@ mod serve;
 mod sim_cache;
 mod sim_sla;
 mod sla_cmd;
+mod tier_cmd;
 mod trace_cmd;
 
 use std::net::SocketAddr;
@@ -62,6 +63,8 @@ enum Command {
     Trace(trace_cmd::TraceCmd),
     /// SLA curves (Regulator): measure devices, set tenant curves.
     Sla(sla_cmd::SlaArgs),
+    /// Shared flash cache tiers: list, show, change policy or size live.
+    Tier(tier_cmd::TierArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -206,6 +209,7 @@ fn main() -> ExitCode {
         Command::Sim(SimCmd::SlaPlacement(a)) => sim_sla::run(a),
         Command::Trace(t) => trace_cmd::run(t),
         Command::Sla(a) => sla_cmd::run(a, &api_url(&a.client)),
+        Command::Tier(a) => tier_cmd::run(a, &api_url(&a.client)),
         Command::Config(ConfigCmd::Default) => {
             print!("{}", control::DEFAULT_CONFIG);
             Ok(())

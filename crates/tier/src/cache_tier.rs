@@ -657,7 +657,6 @@ impl Shared {
         let t = self
             .backing
             .read(self.vol(v).base + first * B, &mut st.scratch)?;
-        st.lines_filled += 1;
         Ok((n, t))
     }
 
@@ -665,6 +664,22 @@ impl Shared {
     /// volume `v`) that are not cached yet.
     fn install(&self, st: &mut State, v: u32, first: u64, data: &[u8]) -> IoResult {
         let mut done = 0;
+        let before = st.map.len();
+        let r = self.install_blocks(st, v, first, data, &mut done);
+        if st.map.len() > before {
+            st.lines_filled += 1;
+        }
+        r.map(|()| done)
+    }
+
+    fn install_blocks(
+        &self,
+        st: &mut State,
+        v: u32,
+        first: u64,
+        data: &[u8],
+        done: &mut Nanos,
+    ) -> IoResult<()> {
         for (i, chunk) in data.chunks(B as usize).enumerate() {
             let k = key(v, first + i as u64);
             if st.map.contains_key(&k) {
@@ -675,11 +690,11 @@ impl Shared {
                 // there are slots. Serving from the backing store stays
                 // correct, so do that rather than fail the request.
                 debug_assert!(false, "tier {}: no free cache slot", self.name);
-                return Ok(done);
+                return Ok(());
             };
             match self.cache.write(u64::from(slot) * B, chunk, false) {
                 Ok(t) => {
-                    done = done.max(t);
+                    *done = (*done).max(t);
                     st.map.insert(k, slot);
                 }
                 Err(e) => {
@@ -688,7 +703,7 @@ impl Shared {
                 }
             }
         }
-        Ok(done)
+        Ok(())
     }
 
     fn read(&self, v: u32, offset: u64, buf: &mut [u8]) -> IoResult {
