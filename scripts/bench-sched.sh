@@ -50,9 +50,11 @@ for v in on off; do
 done
 
 iops() {  # iops VSSD RW BS -> IOPS of a SECS-second run
-  fio --output-format=json --name=b --ioengine=nbd --uri="$(uri "$1")" --rw="$2" --bs="$3" \
-    --iodepth=32 --size=256M --time_based --runtime="$SECS" --randrepeat=0 |
-    python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(j["read"]["iops"]+j["write"]["iops"])'
+  fio --output-format=json --output="$WORK/fio.json" --name=b --ioengine=nbd --uri="$(uri "$1")" \
+    --rw="$2" --bs="$3" --iodepth=32 --size=256M --time_based --runtime="$SECS" --randrepeat=0 \
+    >"$WORK/fio.out" 2>&1 || { echo "fio failed:" >&2; cat "$WORK/fio.out" >&2; exit 1; }
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]; print(j["read"]["iops"]+j["write"]["iops"])' "$WORK/fio.json" ||
+    { echo "fio wrote:" >&2; head -c 2000 "$WORK/fio.json" >&2; exit 1; }
 }
 median() { python3 -c 'import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 

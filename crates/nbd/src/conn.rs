@@ -487,8 +487,13 @@ impl<R: AsyncRead + Unpin> Conn<R> {
 
     async fn read(&mut self, cookie: u64, offset: u64, len: u32) -> Result<(), NbdError> {
         let structured = self.limits.structured;
-        if self.gate.is_some() {
-            return self.gated_read(cookie, offset, len).await;
+        if let Some(g) = &self.gate {
+            if u64::from(len) > g.max_piece() {
+                return self.gated_read(cookie, offset, len, None).await;
+            }
+            if let Some(answer) = self.admit_now(Dir::Read, len) {
+                return self.gated_read(cookie, offset, len, Some(answer)).await;
+            }
         }
         let Some(clock) = self.pace.clone() else {
             let dev = &*self.dev;
@@ -531,8 +536,15 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         fua: bool,
     ) -> Result<(), NbdError> {
         let n = len as usize;
-        if self.gate.is_some() {
-            return self.gated_write(cookie, offset, len, fua).await;
+        if let Some(g) = &self.gate {
+            if u64::from(len) > g.max_piece() {
+                return self.gated_write(cookie, offset, len, fua, None).await;
+            }
+            if let Some(answer) = self.admit_now(Dir::Write, len) {
+                return self
+                    .gated_write(cookie, offset, len, fua, Some(answer))
+                    .await;
+            }
         }
         let r = if self.inbuf.len() >= n {
             // The whole payload is buffered: write it from there, no copy.
@@ -561,14 +573,33 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         self.complete(cookie, r).await
     }
 
-    /// Waits until the gate admits a piece of `len` bytes. `Ok(Err(_))`: the
-    /// gate refused it (the request fails with that error).
-    async fn admit(&mut self, dir: Dir, len: u64) -> Result<IoResult<()>, NbdError> {
+    /// Asks the gate about a request that fits in one piece. `None`: admitted
+    /// now (or no gate), so the caller takes the ungated path, with no copy;
+    /// otherwise the answer, to be handed to the gated path (it must not be
+    /// asked for twice).
+    fn admit_now(&self, dir: Dir, len: u32) -> Option<IoResult<Admit>> {
+        let gate = self.gate.as_ref()?;
+        match gate.reserve(dir, u64::from(len)) {
+            Ok(Admit::At(t)) if t <= gate.clock().now() => None,
+            other => Some(other),
+        }
+    }
+
+    /// Waits until the gate admits a piece of `len` bytes; `first` is an answer
+    /// already obtained for it. `Ok(Err(_))`: the gate refused it (the request
+    /// fails with that error).
+    async fn admit(
+        &mut self,
+        dir: Dir,
+        len: u64,
+        mut first: Option<IoResult<Admit>>,
+    ) -> Result<IoResult<()>, NbdError> {
         let Some(gate) = self.gate.clone() else {
             return Ok(Ok(()));
         };
         loop {
-            let at = match gate.reserve(dir, len) {
+            let answer = first.take().unwrap_or_else(|| gate.reserve(dir, len));
+            let at = match answer {
                 Ok(Admit::At(t)) => (t, true),
                 Ok(Admit::Retry(t)) => (t, false),
                 Err(e) => return Ok(Err(e)),
@@ -598,7 +629,13 @@ impl<R: AsyncRead + Unpin> Conn<R> {
     }
 
     /// A read through the gate: piece by piece, each once admitted.
-    async fn gated_read(&mut self, cookie: u64, offset: u64, len: u32) -> Result<(), NbdError> {
+    async fn gated_read(
+        &mut self,
+        cookie: u64,
+        offset: u64,
+        len: u32,
+        mut first: Option<IoResult<Admit>>,
+    ) -> Result<(), NbdError> {
         let structured = self.limits.structured;
         let piece = self
             .gate
@@ -611,7 +648,7 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         let mut res: IoResult = Ok(0);
         while off < u64::from(len) {
             let n = piece.min(u64::from(len) - off);
-            if let Err(e) = self.admit(Dir::Read, n).await? {
+            if let Err(e) = self.admit(Dir::Read, n, first.take()).await? {
                 res = Err(e);
                 break;
             }
@@ -659,6 +696,7 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         offset: u64,
         len: u32,
         fua: bool,
+        mut first: Option<IoResult<Admit>>,
     ) -> Result<(), NbdError> {
         let n = len as usize;
         let mut payload = std::mem::take(&mut self.wbuf);
@@ -687,7 +725,7 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         let mut off = 0u64;
         while off < u64::from(len) {
             let m = piece.min(u64::from(len) - off);
-            if let Err(e) = self.admit(Dir::Write, m).await? {
+            if let Err(e) = self.admit(Dir::Write, m, first.take()).await? {
                 res = Err(e);
                 break;
             }
