@@ -387,11 +387,15 @@ impl CacheTier {
         st.policy_changes += 1;
         let slots: Vec<u32> = std::mem::take(&mut st.map).into_values().collect();
         st.free.extend(slots);
-        // Let the flash forget the old contents (fewer pages for its GC to move).
+        // Let the flash forget the old contents (fewer pages for its GC to
+        // move). The switch itself is done whatever happens here.
         sh.cache
             .trim(0, sh.cache.size())
             .map_err(|source| TierError::Device {
-                what: format!("tier {:?}: emptying the cache device", sh.name),
+                what: format!(
+                    "tier {:?}: now under {kind}, but trimming the cache device failed",
+                    sh.name
+                ),
                 source,
             })?;
         Ok(())
@@ -726,7 +730,9 @@ impl Shared {
             } else {
                 st.counts[v as usize].read_misses += 1;
                 if st.policy.contains(k) {
-                    // Admitted: read the whole line once, serve from it, cache it.
+                    // Admitted (or in the policy but dropped by a trim): read
+                    // the whole line once (the block is not cached, so it is
+                    // read), serve from it, cache it.
                     let first = block / st.line_blocks * st.line_blocks;
                     let (_, t) = self.load_line(&mut st, v, first)?;
                     done = done.max(t);
