@@ -590,22 +590,8 @@ impl Shared {
         for &line in &ev.migrated_in {
             let first = line.line() * st.line_blocks;
             if st.policy.contains(key(line.space(), first)) {
-                match self.load_line(st, line.space(), first) {
-                    Ok((n, t)) => {
-                        done = done.max(t);
-                        if n > 0 {
-                            let data = std::mem::take(&mut st.scratch);
-                            let r = self.install(st, line.space(), first, &data);
-                            st.scratch = data;
-                            match r {
-                                Ok(t) => done = done.max(t),
-                                Err(e) => {
-                                    result = Err(e);
-                                    break;
-                                }
-                            }
-                        }
-                    }
+                match self.fill_line(st, line.space(), first) {
+                    Ok((_, t)) => done = done.max(t),
                     Err(e) => {
                         result = Err(e);
                         break;
@@ -664,26 +650,27 @@ impl Shared {
         Ok((n, t))
     }
 
+    /// Reads the line starting at block `first` of volume `v` from the
+    /// backing store (unless it is all cached) and caches the blocks of it
+    /// that are not cached yet. The line's bytes stay in `st.scratch`.
+    /// Returns the blocks read and the completion.
+    fn fill_line(&self, st: &mut State, v: u32, first: u64) -> IoResult<(u64, Nanos)> {
+        let (n, t) = self.load_line(st, v, first)?;
+        if n == 0 {
+            return Ok((0, t));
+        }
+        let data = std::mem::take(&mut st.scratch);
+        let r = self.install(st, v, first, &data);
+        st.scratch = data;
+        Ok((n, t.max(r?)))
+    }
+
     /// Caches the blocks of `data` (whole blocks, starting at block `first` of
     /// volume `v`) that are not cached yet.
     fn install(&self, st: &mut State, v: u32, first: u64, data: &[u8]) -> IoResult {
         let mut done = 0;
-        let before = st.map.len();
-        let r = self.install_blocks(st, v, first, data, &mut done);
-        if st.map.len() > before {
-            st.lines_filled += 1;
-        }
-        r.map(|()| done)
-    }
-
-    fn install_blocks(
-        &self,
-        st: &mut State,
-        v: u32,
-        first: u64,
-        data: &[u8],
-        done: &mut Nanos,
-    ) -> IoResult<()> {
+        let mut filled = false;
+        let mut result = Ok(());
         for (i, chunk) in data.chunks(B as usize).enumerate() {
             let k = key(v, first + i as u64);
             if st.map.contains_key(&k) {
@@ -694,20 +681,25 @@ impl Shared {
                 // there are slots. Serving from the backing store stays
                 // correct, so do that rather than fail the request.
                 debug_assert!(false, "tier {}: no free cache slot", self.name);
-                return Ok(());
+                break;
             };
             match self.cache.write(u64::from(slot) * B, chunk, false) {
                 Ok(t) => {
-                    *done = (*done).max(t);
+                    done = done.max(t);
                     st.map.insert(k, slot);
+                    filled = true;
                 }
                 Err(e) => {
                     st.free.push(slot);
-                    return Err(e);
+                    result = Err(e);
+                    break;
                 }
             }
         }
-        Ok(())
+        if filled {
+            st.lines_filled += 1;
+        }
+        result.map(|()| done)
     }
 
     fn read(&self, v: u32, offset: u64, buf: &mut [u8]) -> IoResult {
@@ -734,14 +726,10 @@ impl Shared {
                     // the whole line once (the block is not cached, so it is
                     // read), serve from it, cache it.
                     let first = block / st.line_blocks * st.line_blocks;
-                    let (_, t) = self.load_line(&mut st, v, first)?;
+                    let (_, t) = self.fill_line(&mut st, v, first)?;
                     done = done.max(t);
                     let from = ((block - first) * B) as usize + within;
                     part.copy_from_slice(&st.scratch[from..from + n]);
-                    let data = std::mem::take(&mut st.scratch);
-                    let r = self.install(&mut st, v, first, &data);
-                    st.scratch = data;
-                    done = done.max(r?);
                 } else {
                     done = done.max(self.backing.read(m.base + at, part)?);
                 }
@@ -793,12 +781,7 @@ impl Shared {
                         let to = (line_end * B - offset) as usize;
                         done = done.max(self.install(&mut st, v, first, &data[from..to])?);
                     } else {
-                        let (_, t) = self.load_line(&mut st, v, first)?;
-                        done = done.max(t);
-                        let line = std::mem::take(&mut st.scratch);
-                        let r = self.install(&mut st, v, first, &line);
-                        st.scratch = line;
-                        done = done.max(r?);
+                        done = done.max(self.fill_line(&mut st, v, first)?.1);
                     }
                 }
             }
