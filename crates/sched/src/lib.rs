@@ -230,9 +230,10 @@ struct State {
 }
 
 impl State {
+    /// Slice `s`'s usage; a slice already forgotten (`s` before `base`) reads
+    /// as the oldest kept one, so no caller can index outside the window.
     fn slice_mut(&mut self, s: u64) -> &mut SliceUse {
-        debug_assert!(s >= self.base);
-        let i = (s - self.base) as usize;
+        let i = s.saturating_sub(self.base) as usize;
         if i >= self.slices.len() {
             self.slices.resize(i + 1, SliceUse::default());
         }
@@ -521,8 +522,12 @@ impl Scheduler {
         }
         let write = dir == Dir::Write;
         let lenf = len as f64;
-        let now_slice = now / self.slice_ns;
         let mut guard = self.state.lock();
+        // Read the clock again under the lock: another thread may have moved
+        // the slice window on since `now` was read, and slices before it are
+        // gone.
+        let now = self.clock.now().max(now);
+        let now_slice = (now / self.slice_ns).max(guard.base);
         let st = &mut *guard;
         st.trim_before(now_slice);
         let Some(t) = st.tenants.get_mut(tenant) else {
