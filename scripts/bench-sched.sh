@@ -3,7 +3,8 @@
 # whose requests go through the scheduler with curves that never bind ("on":
 # tenant and unit curves set, every piece booked, nobody waits), against a vSSD
 # on a device with the scheduler disabled ("off"), in one run, fast mode, fio
-# over NBD. Runs alternate on/off ROUNDS times per workload; medians and the
+# over NBD. Runs alternate on/off ROUNDS times per workload (which goes first
+# alternates too); medians and the
 # ratio are printed as a Markdown table (goal: under 5% loss).
 #   scripts/bench-sched.sh [ROUNDS] [SECONDS]   (default 5 rounds of 5 s)
 set -euo pipefail
@@ -63,9 +64,15 @@ echo "|---|---:|---:|---:|"
 for w in "randread 4k" "randwrite 4k" "read 128k"; do
   set -- $w
   on=() off=()
-  for _ in $(seq "$ROUNDS"); do
-    on+=("$(iops on "$1" "$2")")
-    off+=("$(iops off "$1" "$2")")
+  for i in $(seq "$ROUNDS"); do
+    # Alternate which goes first, so order effects cancel.
+    if [ $((i % 2)) -eq 1 ]; then
+      on+=("$(iops on "$1" "$2")")
+      off+=("$(iops off "$1" "$2")")
+    else
+      off+=("$(iops off "$1" "$2")")
+      on+=("$(iops on "$1" "$2")")
+    fi
   done
   mon=$(median "${on[@]}")
   moff=$(median "${off[@]}")
