@@ -142,6 +142,14 @@ struct State {
 }
 
 impl State {
+    /// The active vSSD of that name (not one being deleted).
+    fn active(&self, name: &str) -> Result<&VssdEntry> {
+        self.vssds
+            .get(name)
+            .filter(|e| e.rec.state == VssdState::Active)
+            .ok_or_else(|| ControlError::NoSuchVssd(name.into()))
+    }
+
     fn device(&self, name: &str) -> Result<&DeviceEntry> {
         self.devices
             .iter()
@@ -773,20 +781,14 @@ impl HostManager {
     /// The FTL of an active vSSD (for tests and tools that need more than stats).
     pub fn vssd(&self, name: &str) -> Option<Arc<Vssd>> {
         let st = self.state.read();
-        st.vssds
-            .get(name)
-            .filter(|e| e.rec.state == VssdState::Active)
-            .map(|e| e.vssd.clone())
+        st.active(name).ok().map(|e| e.vssd.clone())
     }
 
     /// The exported block device of an active vSSD: the vSSD wrapped in its stats
     /// layer, exactly what NBD clients use.
     pub fn export_dev(&self, name: &str) -> Option<Arc<dyn BlockDev>> {
         let st = self.state.read();
-        st.vssds
-            .get(name)
-            .filter(|e| e.rec.state == VssdState::Active)
-            .map(|e| e.export.clone())
+        st.active(name).ok().map(|e| e.export.clone())
     }
 
     fn stats_of(e: &VssdEntry) -> VssdStats {
@@ -803,22 +805,14 @@ impl HostManager {
     /// Counters of one vSSD.
     pub fn vssd_stats(&self, name: &str) -> Result<VssdStats> {
         let st = self.state.read();
-        let e = st
-            .vssds
-            .get(name)
-            .filter(|e| e.rec.state == VssdState::Active)
-            .ok_or_else(|| ControlError::NoSuchVssd(name.into()))?;
+        let e = st.active(name)?;
         Ok(Self::stats_of(e))
     }
 
     /// Starts a new window for a vSSD's modelled-latency percentiles.
     pub fn reset_latency(&self, name: &str) -> Result<()> {
         let st = self.state.read();
-        let e = st
-            .vssds
-            .get(name)
-            .filter(|e| e.rec.state == VssdState::Active)
-            .ok_or_else(|| ControlError::NoSuchVssd(name.into()))?;
+        let e = st.active(name)?;
         e.io.reset_latency();
         Ok(())
     }

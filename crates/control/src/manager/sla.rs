@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use super::{channels_of, HostManager, State, UnitKey, VssdEntry};
 use crate::measure::UnitCurve;
-use crate::store::{VssdRecord, VssdState};
+use crate::store::VssdRecord;
 use crate::{ControlError, Result};
 
 /// What `GET /v1/vssds/{name}/sla` shows.
@@ -124,11 +124,7 @@ impl HostManager {
         let _g = self.lifecycle.lock();
         let mut rec = {
             let st = self.state.read();
-            let e = st
-                .vssds
-                .get(name)
-                .filter(|e| e.rec.state == VssdState::Active)
-                .ok_or_else(|| ControlError::NoSuchVssd(name.into()))?;
+            let e = st.active(name)?;
             e.rec.clone()
         };
         rec.sla = sla.clone();
@@ -151,11 +147,7 @@ impl HostManager {
     /// A vSSD's SLA, its unit and its scheduler counters.
     pub fn vssd_sla(&self, name: &str) -> Result<VssdSlaInfo> {
         let st = self.state.read();
-        let e = st
-            .vssds
-            .get(name)
-            .filter(|e| e.rec.state == VssdState::Active)
-            .ok_or_else(|| ControlError::NoSuchVssd(name.into()))?;
+        let e = st.active(name)?;
         let (device, unit_channels) = Self::unit_key(&e.rec);
         let neighbours = st
             .vssds
