@@ -331,30 +331,45 @@ impl SharedPool for ShardedPool {
         now: Nanos,
     ) -> Result<Reclaimed, HarvestError> {
         need.validate()?;
-        let tenant = self
-            .shard(id)
-            .lock()
-            .get(id)
-            .ok_or(HarvestError::UnknownGssd(id))?
-            .tenant;
-        // Reserve the replacement first so the tenant never has nowhere to go.
-        let replacement = match tenant {
-            Some(t) => self.harvest(t, need, now)?.map(|g| g.id),
-            None => None,
-        };
-        let gssd = match self.shard(id).lock().take_any(id) {
-            Some(g) => g,
-            None => {
-                if let (Some(r), Some(t)) = (replacement, tenant) {
-                    let _ = self.release(r, t, now);
+        loop {
+            let tenant = self
+                .shard(id)
+                .lock()
+                .get(id)
+                .ok_or(HarvestError::UnknownGssd(id))?
+                .tenant;
+            // Reserve the replacement first so the tenant never has nowhere to go.
+            let replacement = match tenant {
+                Some(t) => self.harvest(t, need, now)?.map(|g| g.id),
+                None => None,
+            };
+            let undo = |r: Option<GssdId>| {
+                if let Some(r) = r {
+                    self.shard(r).lock().unassign(r);
                 }
-                return Err(HarvestError::UnknownGssd(id));
+            };
+            let mut shard = self.shard(id).lock();
+            match shard.get(id).map(|g| g.tenant) {
+                None => {
+                    drop(shard);
+                    undo(replacement);
+                    return Err(HarvestError::UnknownGssd(id));
+                }
+                // Released or reassigned since we looked: decide again.
+                Some(t) if t != tenant => {
+                    drop(shard);
+                    undo(replacement);
+                    continue;
+                }
+                Some(_) => {}
             }
-        };
-        self.len.fetch_sub(1, Ordering::Relaxed);
-        self.forget_home(&gssd);
-        let action = plan_early_reclaim(&gssd, replacement);
-        Ok(Reclaimed { action, gssd })
+            let gssd = shard.take_any(id).expect("present under this lock");
+            drop(shard);
+            self.len.fetch_sub(1, Ordering::Relaxed);
+            self.forget_home(&gssd);
+            let action = plan_early_reclaim(&gssd, replacement);
+            return Ok(Reclaimed { action, gssd });
+        }
     }
 
     fn refresh(&self, now: Nanos, updates: &[(GssdId, Nanos)]) -> RefreshReport {

@@ -53,13 +53,15 @@ pub struct Reclaimed {
 /// What an expiry refresh did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RefreshReport {
-    /// Unassigned gSSDs whose expiry had passed: removed from the pool, their blocks
-    /// go back to their homes (the caller erases them if they were ever written).
+    /// Unassigned gSSDs whose expiry had passed, lowest id first: removed from the
+    /// pool, their blocks go back to their homes (the caller erases them if they were
+    /// ever written).
     pub dropped: Vec<Gssd>,
-    /// Assigned gSSDs whose expiry had passed: still in the pool; the caller should
-    /// reclaim them early ([`GssdPool::early_reclaim`]) since their home wants them.
+    /// Assigned gSSDs whose expiry had passed, sorted: still in the pool; the caller
+    /// should reclaim them early ([`GssdPool::early_reclaim`]) since their home wants
+    /// them.
     pub expired_in_use: Vec<GssdId>,
-    /// Updates naming a gSSD that is not in the pool (ignored).
+    /// Updates naming a gSSD that is not in the pool (ignored), sorted.
     pub unknown: Vec<GssdId>,
 }
 
@@ -337,6 +339,7 @@ impl GssdPool {
                 self.list_insert(&g);
             }
         }
+        report.unknown.sort_unstable();
         // Expired entries are the tail of each list (nearest expiry last).
         let mut expired = Vec::new();
         for l in &self.lists {
@@ -361,6 +364,17 @@ impl GssdPool {
     /// which reserves the replacement in another shard first).
     pub(crate) fn take_any(&mut self, id: GssdId) -> Option<Gssd> {
         self.gssds.contains_key(&id).then(|| self.take(id))
+    }
+
+    /// Puts an assigned gSSD back in the lists without the release rule (the sharded
+    /// pool undoing a replacement it reserved for nothing). No-op if absent or free.
+    pub(crate) fn unassign(&mut self, id: GssdId) {
+        if let Some(g) = self.gssds.get_mut(&id) {
+            if g.tenant.take().is_some() {
+                let g = g.clone();
+                self.list_insert(&g);
+            }
+        }
     }
 
     /// Removes `id` from every index. Panics if absent (callers check).

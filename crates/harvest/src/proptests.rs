@@ -227,3 +227,73 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Used from one thread, the three shared schemes behave exactly like the plain
+    /// pool: same matches, same reclaim actions, same refresh reports.
+    #[test]
+    fn shared_schemes_agree_with_the_plain_pool(ops in prop::collection::vec(op(), 1..80)) {
+        use crate::{MutexPool, RwPool, ShardedPool, SharedPool};
+        let cfg = HarvestConfig::default();
+        let mut plain = GssdPool::new(cfg).unwrap();
+        let shared: Vec<Box<dyn SharedPool>> = vec![
+            Box::new(MutexPool::new(cfg).unwrap()),
+            Box::new(RwPool::new(cfg).unwrap()),
+            Box::new(ShardedPool::new(cfg, 3).unwrap()),
+        ];
+        let mut now: Nanos = 0;
+        for op in ops {
+            match op {
+                Op::Insert { id, home, chunks, bw, halves } => {
+                    let g = Gssd::new(&cfg, id, home, chunks * C, bw, now, halves * MIN30).unwrap();
+                    let want = plain.insert(g.clone()).is_ok();
+                    for s in &shared {
+                        prop_assert_eq!(s.insert(g.clone()).is_ok(), want);
+                    }
+                }
+                Op::Harvest { tenant, d } => {
+                    let d = demand(d);
+                    let want = plain.harvest(tenant, &d, now);
+                    for s in &shared {
+                        prop_assert_eq!(&s.best_fit(&d, now).map(|g| g.map(|g| g.id)),
+                            &want.clone().map(|g| g.map(|g| g.id)));
+                        prop_assert_eq!(&s.harvest(tenant, &d, now), &want);
+                    }
+                }
+                Op::Release { pick, tenant } => {
+                    let assigned: Vec<GssdId> = plain.iter().filter(|g| g.in_use()).map(|g| g.id).collect();
+                    let id = if assigned.is_empty() { pick as GssdId % 40 } else { assigned[pick % assigned.len()] };
+                    let want = plain.release(id, tenant, now);
+                    for s in &shared {
+                        prop_assert_eq!(&s.release(id, tenant, now), &want);
+                    }
+                }
+                Op::EarlyReclaim { pick, d } => {
+                    let d = demand(d);
+                    let id = pick as GssdId % 40;
+                    let want = plain.early_reclaim(id, &d, now);
+                    for s in &shared {
+                        prop_assert_eq!(&s.early_reclaim(id, &d, now), &want);
+                    }
+                }
+                Op::Refresh { updates } => {
+                    let updates: Vec<(GssdId, Nanos)> =
+                        updates.into_iter().map(|(id, q)| (id, now + q * MIN30 / 2)).collect();
+                    let want = plain.refresh(now, &updates);
+                    for s in &shared {
+                        prop_assert_eq!(&s.refresh(now, &updates), &want);
+                    }
+                }
+                Op::Advance { quarters } => now += quarters * MIN30 / 2,
+            }
+            for s in &shared {
+                prop_assert_eq!(s.len(), plain.len());
+                for g in plain.iter() {
+                    prop_assert_eq!(s.get(g.id), Some(g.clone()));
+                }
+            }
+        }
+    }
+}
