@@ -24,6 +24,27 @@
 //!   caller-driven [`RefreshTimer`].
 //! * [`concurrent`]: the pool shared between threads, in three schemes.
 //!
+//! # Example
+//!
+//! ```
+//! use clock::SEC;
+//! use harvest::{Demand, Gssd, GssdPool, HarvestConfig, ReclaimAction};
+//!
+//! let cfg = HarvestConfig { chunk_blocks: 64, ..HarvestConfig::default() };
+//! let mut pool = GssdPool::new(cfg)?;
+//! // vSSD 7 is predicted to have 128 free blocks on 2 channels for 3 hours.
+//! let (cap, bw, lasts) = cfg.harvestable(150, 2, 3 * 3600 * SEC).unwrap();
+//! pool.insert(Gssd::new(&cfg, 1, Some(7), cap, bw, 0, lasts)?)?;
+//! // Harvest tenant 42 needs 100 blocks on 1 channel for an hour.
+//! let d = Demand { capacity: 100, bandwidth: 1, duration: 3600 * SEC };
+//! let got = pool.harvest(42, &d, 0)?.expect("gSSD 1 fits");
+//! assert_eq!((got.id, got.tenant), (1, Some(42)));
+//! // Job done after an hour: 2 hours are left, so the gSSD goes back to the pool.
+//! let r = pool.release(1, 42, 3600 * SEC)?;
+//! assert_eq!(r.action, ReclaimAction::ReturnToPool);
+//! # Ok::<(), harvest::HarvestError>(())
+//! ```
+//!
 //! # Concurrency scheme, and why
 //!
 //! The paper allocates from lock-free CAS lists. Here [`MutexPool`] (one
