@@ -7,6 +7,7 @@
 # alternates too); medians and the
 # ratio are printed as a Markdown table (goal: under 5% loss).
 #   scripts/bench-sched.sh [ROUNDS] [SECONDS]   (default 5 rounds of 5 s)
+#   BENCH_SCHED_SWAP=1 scripts/bench-sched.sh ...   (the other device order)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
@@ -17,20 +18,26 @@ BIN=$PWD/target/release/flexssd
 WORK=$(mktemp -d /tmp/flexssd-bsched.XXXXXX)
 trap 'stop_daemon; rm -rf "$WORK"' EXIT
 
-start_daemon "$WORK/d" '
-mode = "fast"
+# The two devices' order in the config (and so in memory) alternates with
+# $BENCH_SCHED_SWAP, to separate placement effects from the scheduler's cost.
+ON_DEV='
 [[devices]]
 name = "on"
 backend = "memory"
 [devices.geometry]
-channels = 4
+channels = 4'
+OFF_DEV='
 [[devices]]
 name = "off"
 backend = "memory"
 [devices.geometry]
 channels = 4
 [devices.scheduler]
-enabled = false
+enabled = false'
+if [ -n "${BENCH_SCHED_SWAP:-}" ]; then DEVS="$OFF_DEV$ON_DEV"; else DEVS="$ON_DEV$OFF_DEV"; fi
+start_daemon "$WORK/d" "
+mode = \"fast\"
+$DEVS"'
 [[vssds]]
 name = "on"
 device = "on"
