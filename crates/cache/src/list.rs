@@ -236,6 +236,22 @@ impl<const L: usize> Lists<L> {
         prefetch(self.nodes.as_ptr().wrapping_add(i as usize).cast());
     }
 
+    /// The staged look-ahead of [`crate::CachePolicy::prefetch`] for a policy
+    /// whose entries are nodes of these lists found through `map`: depth 0
+    /// fetches the index slot of `key`, 1 the entry's node, 2 its neighbours.
+    #[inline]
+    pub fn prefetch_key(&self, map: &Index, key: u64, depth: u8) {
+        if depth == 0 {
+            map.prefetch(key);
+        } else if let Some(&i) = map.get(&key) {
+            if depth == 1 {
+                self.prefetch(i);
+            } else {
+                self.prefetch_neighbours(i);
+            }
+        }
+    }
+
     /// Asks the CPU to fetch the neighbours of node `i` (which should be in
     /// the cache already).
     #[inline]

@@ -192,16 +192,8 @@ impl CachePolicy for Arc {
 
     #[inline]
     fn prefetch(&self, key: Key, depth: u8) {
-        let k = key.coarsen(self.shift).raw();
-        if depth == 0 {
-            self.map.prefetch(k);
-        } else if let Some(&i) = self.map.get(&k) {
-            if depth == 1 {
-                self.lists.prefetch(i);
-            } else {
-                self.lists.prefetch_neighbours(i);
-            }
-        }
+        self.lists
+            .prefetch_key(&self.map, key.coarsen(self.shift).raw(), depth);
     }
 
     fn contains(&self, key: Key) -> bool {

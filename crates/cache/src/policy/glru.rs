@@ -96,16 +96,8 @@ impl CachePolicy for Glru {
 
     #[inline]
     fn prefetch(&self, key: Key, depth: u8) {
-        let k = key.coarsen(self.shift).raw();
-        if depth == 0 {
-            self.map.prefetch(k);
-        } else if let Some(&i) = self.map.get(&k) {
-            if depth == 1 {
-                self.lru.prefetch(i);
-            } else {
-                self.lru.prefetch_neighbours(i);
-            }
-        }
+        self.lru
+            .prefetch_key(&self.map, key.coarsen(self.shift).raw(), depth);
     }
 
     fn contains(&self, key: Key) -> bool {
