@@ -52,6 +52,10 @@ const HIGH_WATER: usize = 512 * 1024;
 const OUT_SHRINK_ABOVE: usize = 8 * 1024 * 1024;
 /// A write-payload buffer that grew past this is freed after use.
 const WBUF_KEEP: usize = 4 * 1024 * 1024;
+/// Reads at least this large are read outside the output queue's lock, into a
+/// buffer of their own, and then copied in: a device read under that lock keeps
+/// the writer from sending the replies already queued.
+const LARGE_READ: usize = 32 * 1024;
 /// Reply bytes charged per deferred reply, besides its data.
 const DEFERRED_OVERHEAD: u32 = 256;
 /// How long a finished connection waits for its last replies to be written.
@@ -362,6 +366,8 @@ struct Conn<R> {
     shared: Arc<Shared>,
     pacer: Option<Pacer>,
     wbuf: Vec<u8>,
+    /// Buffer of large reads (see [`LARGE_READ`]).
+    rbuf: Vec<u8>,
     kick_pending: bool,
     shutdown: Option<watch::Receiver<bool>>,
 }
@@ -496,6 +502,29 @@ impl<R: AsyncRead + Unpin> Conn<R> {
             }
         }
         let Some(clock) = self.pace.clone() else {
+            let n = len as usize;
+            if n >= LARGE_READ {
+                let mut buf = std::mem::take(&mut self.rbuf);
+                if buf.len() < n {
+                    buf.resize(n, 0);
+                }
+                let res = match self.dev.read(offset, &mut buf[..n]) {
+                    Ok(_) => {
+                        append(&self.shared, &mut self.kick_pending, |out| {
+                            put_read_data(out, structured, cookie, offset, &buf[..n])
+                        })
+                        .await
+                    }
+                    Err(e) => {
+                        self.status(cookie, Err((e.errno(), Cow::Owned(e.to_string()))))
+                            .await
+                    }
+                };
+                if buf.len() <= WBUF_KEEP {
+                    self.rbuf = buf;
+                }
+                return res;
+            }
             let dev = &*self.dev;
             return append(&self.shared, &mut self.kick_pending, |out| {
                 put_read(out, structured, cookie, offset, len, dev)
@@ -845,6 +874,7 @@ where
         shared: shared.clone(),
         pacer,
         wbuf: Vec::new(),
+        rbuf: Vec::new(),
         kick_pending: false,
         shutdown,
     };
