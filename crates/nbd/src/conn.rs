@@ -819,6 +819,17 @@ impl<R: AsyncRead + Unpin> Conn<R> {
     }
 }
 
+/// Tells the writer there will be no more output when dropped, also when the
+/// reader's task unwinds.
+struct CloseOnDrop(Arc<Shared>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.state.lock().closed = true;
+        self.0.data_ready.notify_one();
+    }
+}
+
 /// Runs the transmission phase until the client disconnects, the server shuts
 /// down, or the stream breaks; in-flight replies are sent before the connection
 /// is closed.
@@ -851,6 +862,9 @@ where
         paced_budget,
     });
     let mut writer = tokio::spawn(writer_loop(wr, shared.clone()));
+    // If the reader unwinds (a device panicked), the writer must still finish
+    // and drop its half of the socket, or the client would wait forever.
+    let _close_writer = CloseOnDrop(shared.clone());
     let limits = Limits {
         size: neg.size,
         block: neg.block,

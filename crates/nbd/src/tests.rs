@@ -1230,3 +1230,45 @@ async fn a_waiting_tenant_holds_no_thread() {
     assert!(fast.disconnect().await.is_ok());
     assert!(slow.disconnect().await.is_ok());
 }
+
+/// A device whose reads panic (a bug somewhere below the server).
+struct Panicking;
+
+impl BlockDev for Panicking {
+    fn size(&self) -> u64 {
+        SIZE
+    }
+    fn read(&self, _: u64, _: &mut [u8]) -> IoResult {
+        panic!("device bug");
+    }
+    fn write(&self, _: u64, _: &[u8], _: bool) -> IoResult {
+        Ok(0)
+    }
+    fn flush(&self) -> IoResult {
+        Ok(0)
+    }
+    fn trim(&self, _: u64, _: u64) -> IoResult {
+        Ok(0)
+    }
+    fn write_zeroes(&self, _: u64, _: u64, _: bool) -> IoResult {
+        Ok(0)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_device_closes_the_connection_instead_of_hanging_it() {
+    let server = server_with(
+        vec![export("disk", Arc::new(Panicking))],
+        ServerConfig::default(),
+    );
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    c.write(1, 0, &[1u8; 512], 0).await;
+    assert_eq!(c.simple(0).await.error, 0);
+    c.request(CMD_READ, 0, 2, 0, 512).await;
+    // The connection ends (EOF) rather than leaving the client waiting.
+    let mut rest = Vec::new();
+    let r = tokio::time::timeout(Duration::from_secs(5), c.s.read_to_end(&mut rest)).await;
+    assert!(r.is_ok(), "the client was left hanging");
+    // The server task reports the panic.
+    assert!(tokio::time::timeout(T, c.srv).await.unwrap().is_err());
+}
