@@ -565,14 +565,9 @@ impl FioProber {
 
 impl Prober for FioProber {
     fn probe(&mut self, read_iops: f64, write_iops: f64, quantile: f64) -> control::Result<u64> {
-        let r = (read_iops > 0.0).then_some(read_iops).or(Some(0.0));
-        let w = (write_iops > 0.0).then_some(write_iops).or(Some(0.0));
         let (lat, got_r, got_w) = self
-            .run(r, w, quantile)
+            .run(Some(read_iops), Some(write_iops), quantile)
             .map_err(|e| control::ControlError::Invalid(format!("{e:#}")))?;
-        if std::env::var_os("FLEXSSD_DEBUG_FIO").is_some() {
-            eprintln!("fio probe r {read_iops:.0} w {write_iops:.0}: got r {got_r:.0} w {got_w:.0}, latency {lat} ns");
-        }
         // A load the device could not keep up with, in either direction, fails
         // the bound (allowing
         // for Poisson noise in a short run: three standard deviations).

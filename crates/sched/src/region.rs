@@ -53,7 +53,9 @@ impl Region {
             return false;
         }
         match self.curve.eval(x) {
-            Some(c) => y < c || (y == 0.0 && c >= 0.0 && x < self.curve.w_max()),
+            // Pure writes below w_max are inside even where the curve allows
+            // no reads there.
+            Some(c) => y < c || (y == 0.0 && x < self.curve.w_max()),
             None => false,
         }
     }
