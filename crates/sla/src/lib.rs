@@ -340,8 +340,9 @@ impl Curve {
 
     /// Whether `other <= self`: `other`'s domain lies within `self`'s and
     /// `other(w) <= self(w)` for every `w` in `other`'s domain (within
-    /// tolerance). Exact: the difference of two piecewise-linear functions is
-    /// linear between their joint breakpoints, so checking those suffices.
+    /// tolerance in both coordinates). Exact: the difference of two
+    /// piecewise-linear functions is linear between their joint breakpoints,
+    /// so checking those suffices.
     pub fn contains(&self, other: &Curve) -> bool {
         self.containment_failure(other).is_none()
     }
@@ -361,7 +362,12 @@ impl Curve {
             .filter(|&w| w <= other.w_max())
             .chain(other.points.iter().map(|p| p.0));
         for w in ws {
-            let (mine, theirs) = (self.eval_clamped(w), other.eval_clamped(w));
+            // Tolerance in both coordinates: a breakpoint that rounding moved
+            // by a hair in `w` must not fail on a steep segment, where that
+            // hair becomes a large step in `r`. Curves never increase, so
+            // looking a tolerance to the left is the generous side.
+            let slack = w - tol(w, self.w_max());
+            let (mine, theirs) = (self.eval_clamped(slack), other.eval_clamped(w));
             if !le(theirs, mine) {
                 return Some(format!("at w = {w} it allows r = {theirs} > {mine}"));
             }

@@ -181,3 +181,34 @@ proptest! {
         prop_assert!(units_hold(&p).is_ok());
     }
 }
+
+/// Regression (CI, 2026-11-21): a tenant with a steep last segment striped
+/// across units; the stripes' sum differed from the curve by float rounding
+/// in `w`, which a steep segment turns into a large gap in `r`.
+#[test]
+fn stripes_of_a_steep_curve_add_up() {
+    let curve = Curve::new(vec![
+        (0.0, 113000.0),
+        (15000.0, 113000.0),
+        (47000.0, 74000.0),
+        (48000.0, 0.0),
+    ])
+    .unwrap();
+    for k in 1..=12 {
+        let stripe = curve.scale(1.0 / k as f64).unwrap();
+        let mut total = Curve::zero();
+        for _ in 0..k {
+            total = sum(&total, &stripe).unwrap();
+        }
+        assert!(same(&total, &curve), "k = {k}: {total:?}");
+    }
+    let cfg = PlacerConfig {
+        selection: Selection::BestFit(Metric::Dot),
+        new_unit: NewUnitPolicy::Cheapest,
+        max_stripes: 6,
+        seed: 0,
+    };
+    let mut p = Placer::new(catalog(false), cfg);
+    p.place(TenantId(0), TenantSla { curve, percentile: Percentile::P999 }).unwrap();
+    units_hold(&p).unwrap();
+}
