@@ -1,0 +1,1054 @@
+//! The fleet: populations of homes (regular vSSDs, or unsold servers), a stream of
+//! harvest tenants, and the discrete-event loop that matches them through
+//! [`harvest::GssdPool`].
+//!
+//! # Time
+//!
+//! A virtual clock in [`clock::Nanos`] advancing in 5-minute steps (the Azure bin
+//! and the resolution of the usage series). Harvest-tenant arrivals and job ends are
+//! events at their own instants inside a step, taken in time order from a sorted
+//! arrival list and a min-heap of ends; usage, reclamation checks and predictions
+//! happen at step boundaries (the paper predicts every 3 minutes; our data is
+//! 5-minute bins). The refresh timer is the harvest crate's [`RefreshTimer`].
+//!
+//! # One pool, and why
+//!
+//! In the paper each server's vSSD manager has a pool and harvest VMs land on a
+//! server. A fleet scheduler that sends each harvest VM to the server with the
+//! best-fitting gSSD is equivalent to one best-fit over every pool, so the simulator
+//! keeps a single [`GssdPool`] for the fleet (ids = home indices, which are unique
+//! because a home lends at most one gSSD), which is also what makes 60,000 requests
+//! cheap.
+//!
+//! # What happens at each step
+//!
+//! 1. Every home's usage for the step is shown to the predictor (`observe`).
+//! 2. Early reclamation: a home whose real usage plus what it lends exceeds its
+//!    allotment takes its gSSD back ([`GssdPool::remove`] when unassigned,
+//!    [`GssdPool::early_reclaim`] when assigned: migrate, or evict = exception).
+//! 3. The refresh timer: expired unassigned gSSDs leave the pool
+//!    ([`GssdPool::refresh`]); expired assigned ones are reclaimed early.
+//! 4. Homes that lend nothing ask the predictor and create a gSSD of the rounded-down
+//!    prediction ([`HarvestConfig::harvestable`]).
+//! 5. Events inside the step in time order: job ends ([`GssdPool::release`]:
+//!    back to the pool or erased and home) and arrivals ([`GssdPool::harvest`] of the
+//!    demand rounded up; no fit = unserved, not an exception: the request is
+//!    turned away before it starts).
+//! 6. Utilisation is sampled for every home and every SSD, before (regular usage
+//!    only) and after (plus the harvest tenant on its gSSD).
+//!
+//! Under-harvesting does not arise: a synthetic tenant's real demand is its
+//! predicted demand (the demand side of the predictors is out of scope here).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use clock::{Nanos, SEC};
+use harvest::{
+    classify, Demand, Gssd, GssdPool, HarvestConfig, ReclaimAction, RefreshTimer, Resources,
+};
+use serde::{Deserialize, Serialize};
+use sla::rng::SplitMix64;
+
+use crate::gen::{self, DemandGen, LevelChain};
+use crate::predict::{HarvestPredictor, Histogram, HomeView, LastWindow, Oracle, Usage};
+use crate::traces::Inputs;
+use crate::{FleetError, STEP_S};
+
+const STEP: Nanos = STEP_S * SEC;
+const NONE: u32 = u32::MAX;
+
+/// Settings of a fleet. Defaults are the paper's §5.2 setup.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FleetConfig {
+    /// Regular tenants (VMs with one vSSD each) for the sold scenario (paper: 4,000).
+    pub regular: usize,
+    /// Harvest tenants over the run (paper: 60,000).
+    pub harvest: usize,
+    /// Measured hours.
+    pub hours: u64,
+    /// Hours of history before measuring: predictors observe, nobody harvests.
+    pub warmup_hours: u64,
+    /// Master seed.
+    pub seed: u64,
+    /// Servers of the unsold scenario (paper: 1,400).
+    pub unsold_hosts: usize,
+    /// Mean share of the unsold servers' channels sold, which sets how many of the
+    /// Azure arrivals land on them (the public excerpt has no server count).
+    pub unsold_load: f64,
+    /// Channels per SSD (paper: 16).
+    pub channels_per_ssd: u32,
+    /// Blocks per channel (paper: 64 GB of 4 MB blocks = 16,384).
+    pub blocks_per_channel: u64,
+    /// Harvest granularity and timers (chunk = 16 GB, 30 minutes, 15-minute refresh).
+    pub harvest_cfg: HarvestConfig,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        Self {
+            regular: 4000,
+            harvest: 60_000,
+            hours: 168,
+            warmup_hours: 24,
+            seed: 1,
+            unsold_hosts: 1400,
+            unsold_load: 0.7,
+            channels_per_ssd: 16,
+            blocks_per_channel: 16_384,
+            harvest_cfg: HarvestConfig::default(),
+        }
+    }
+}
+
+impl FleetConfig {
+    /// Rejects settings the simulator cannot run, naming the setting.
+    pub fn validate(&self) -> Result<(), FleetError> {
+        let bad = |m: &str| Err(FleetError::BadParam(m.to_string()));
+        self.harvest_cfg.validate()?;
+        if self.hours == 0 {
+            return bad("--hours must be at least 1");
+        }
+        if self.regular == 0 && self.unsold_hosts == 0 {
+            return bad("no homes: --regular and --unsold-hosts are both 0");
+        }
+        if self.channels_per_ssd != 16 {
+            return bad(
+                "channels per SSD must be 16 (the Azure flavours are mapped to 16 channels)",
+            );
+        }
+        if self.blocks_per_channel == 0 || self.blocks_per_channel > u32::MAX as u64 / 16 {
+            return bad("blocks per channel must be in 1..=268435455");
+        }
+        if !(self.unsold_load > 0.0 && self.unsold_load <= 1.0) {
+            return bad("--unsold-load must be in (0, 1]");
+        }
+        if self.regular > 10_000_000 || self.harvest > 100_000_000 || self.hours > 24 * 365 {
+            return bad("fleet too large (at most 10M regular, 100M harvest, 1 year)");
+        }
+        Ok(())
+    }
+
+    fn steps(&self) -> (usize, usize) {
+        let per_h = (3600 / STEP_S) as usize;
+        (
+            self.warmup_hours as usize * per_h,
+            self.hours as usize * per_h,
+        )
+    }
+}
+
+/// Which homes a run harvests from: the paper's Figures 15–16 (sold) or 17 (unsold).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// Regular tenants' vSSDs (underutilised capacity and bandwidth).
+    Sold,
+    /// Unsold channels of servers that host Azure VM arrivals.
+    Unsold,
+}
+
+impl Scenario {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Sold => "sold",
+            Scenario::Unsold => "unsold",
+        }
+    }
+}
+
+/// A built-in predictor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PredictorKind {
+    /// [`Oracle`].
+    Oracle,
+    /// [`LastWindow`].
+    Last,
+    /// [`Histogram`].
+    Histogram,
+}
+
+impl std::str::FromStr for PredictorKind {
+    type Err = FleetError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "oracle" => Ok(Self::Oracle),
+            "last" => Ok(Self::Last),
+            "histogram" => Ok(Self::Histogram),
+            _ => Err(FleetError::BadParam(format!(
+                "unknown predictor {s:?} (oracle, last, histogram)"
+            ))),
+        }
+    }
+}
+
+/// One home: a regular vSSD or an unsold server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Home {
+    /// Channels allotted.
+    pub channels: u32,
+    /// Blocks allotted.
+    pub blocks: u64,
+    /// The SSD (server) it lives on.
+    pub host: u32,
+}
+
+/// The homes of one scenario and their usage over the whole run.
+#[derive(Debug, Clone)]
+pub struct Population {
+    /// The homes.
+    pub homes: Vec<Home>,
+    /// Number of SSDs.
+    pub hosts: usize,
+    /// Usage per home and step (warm-up included).
+    pub usage: Arc<Usage>,
+    /// Bandwidth in use as a fraction of the home's bandwidth, in 1/10,000.
+    pub bw_bp: Vec<u16>,
+    /// Homes whose series are real (the rest are synthetic).
+    pub real_homes: usize,
+}
+
+/// One harvest tenant (synthetic).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HarvestTenant {
+    /// Arrival time.
+    pub arrival: Nanos,
+    /// Its real demand.
+    pub demand: Demand,
+    /// Share of its channels' bandwidth it uses (drawn from the real Alibaba
+    /// samples) in the sold scenario; the unsold scenario counts allocation.
+    pub intensity: f32,
+}
+
+/// Where the inputs of a fleet came from, for the reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Provenance {
+    /// Regular tenants driven by a real series (a real Alibaba machine for
+    /// bandwidth and the real Google job, at an offset, for capacity).
+    pub real_regular: usize,
+    /// Regular tenants from the fitted chains (synthetic).
+    pub synthetic_regular: usize,
+    /// Azure arrivals kept (thinning probability) for the unsold pool.
+    pub azure_keep: f64,
+    /// Azure VMs turned away by a full unsold pool.
+    pub azure_turned_away: u64,
+    /// Azure 5-minute bins available.
+    pub azure_bins: usize,
+    /// Harvest tenants are always synthetic.
+    pub harvest_tenants_synthetic: bool,
+}
+
+/// A fleet ready to run.
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    cfg: FleetConfig,
+    warmup: usize,
+    steps: usize,
+    tenants: Vec<HarvestTenant>,
+    sold: Population,
+    unsold: Population,
+    provenance: Provenance,
+}
+
+fn empty_population() -> Population {
+    Population {
+        homes: Vec::new(),
+        hosts: 0,
+        usage: Arc::new(Usage::default()),
+        bw_bp: Vec::new(),
+        real_homes: 0,
+    }
+}
+
+impl Fleet {
+    /// Builds the populations and the harvest tenants from the real inputs and the
+    /// generators fitted to them, deterministically from `cfg.seed`.
+    pub fn build(cfg: &FleetConfig, inputs: &Inputs) -> Result<Self, FleetError> {
+        cfg.validate()?;
+        if inputs.alibaba.is_empty() || inputs.alibaba.iter().any(|m| m.bw.is_empty()) {
+            return Err(FleetError::BadParam("no Alibaba bandwidth series".into()));
+        }
+        if inputs.google_capacity.len() < 2 {
+            return Err(FleetError::BadParam(
+                "Google capacity series too short".into(),
+            ));
+        }
+        let (warmup, steps) = cfg.steps();
+        let n = warmup + steps;
+        let sold = Self::build_sold(cfg, inputs, n);
+        let (unsold, keep, away) = Self::build_unsold(cfg, inputs, n)?;
+        let tenants = Self::build_tenants(cfg, inputs, warmup, steps);
+        let provenance = Provenance {
+            real_regular: sold.real_homes,
+            synthetic_regular: sold.homes.len() - sold.real_homes,
+            azure_keep: keep,
+            azure_turned_away: away,
+            azure_bins: inputs.azure_bins.len(),
+            harvest_tenants_synthetic: true,
+        };
+        Ok(Self {
+            cfg: *cfg,
+            warmup,
+            steps,
+            tenants,
+            sold,
+            unsold,
+            provenance,
+        })
+    }
+
+    fn build_sold(cfg: &FleetConfig, inputs: &Inputs, n: usize) -> Population {
+        if cfg.regular == 0 {
+            return empty_population();
+        }
+        let mut rng = SplitMix64::derive(cfg.seed, &[1]);
+        let bw_chains: Vec<LevelChain> = inputs
+            .alibaba
+            .iter()
+            .map(|m| LevelChain::fit(&[&m.bw]))
+            .collect();
+        let g10: Vec<f32> = inputs.google_capacity.iter().step_by(2).copied().collect();
+        let cap_chain = LevelChain::fit(&[&g10]);
+        let real = inputs.alibaba.len().min(cfg.regular);
+        let bpc = cfg.blocks_per_channel;
+        // vSSD sizes 128, 256 and 512 GB (2, 4, 8 channels), the paper's common
+        // sizes, packed first-fit onto 16-channel SSDs (synthetic placement).
+        let mut homes = Vec::with_capacity(cfg.regular);
+        let mut host_free: Vec<u32> = Vec::new();
+        for _ in 0..cfg.regular {
+            let ch = [2u32, 4, 8][(rng.next_u64() % 3) as usize];
+            let host = match host_free.iter().position(|&f| f >= ch) {
+                Some(h) => h,
+                None => {
+                    host_free.push(cfg.channels_per_ssd);
+                    host_free.len() - 1
+                }
+            };
+            host_free[host] -= ch;
+            homes.push(Home {
+                channels: ch,
+                blocks: ch as u64 * bpc,
+                host: host as u32,
+            });
+        }
+        let mut usage = Usage {
+            steps: n,
+            channels: Vec::with_capacity(cfg.regular * n),
+            blocks: Vec::with_capacity(cfg.regular * n),
+        };
+        let mut bw_bp = Vec::with_capacity(cfg.regular * n);
+        let gl = inputs.google_capacity.len();
+        for (i, h) in homes.iter().enumerate() {
+            let (bw, cap): (Vec<f32>, Vec<f32>) = if i < real {
+                let m = &inputs.alibaba[i].bw;
+                let off = i * gl / real.max(1);
+                (
+                    (0..n).map(|s| m[s % m.len()]).collect(),
+                    (0..n)
+                        .map(|s| inputs.google_capacity[(off + s) % gl])
+                        .collect(),
+                )
+            } else {
+                let c = &bw_chains[(rng.next_u64() % bw_chains.len() as u64) as usize];
+                (
+                    c.generate(&mut rng, n, 1),
+                    cap_chain.generate(&mut rng, n, 2),
+                )
+            };
+            for s in 0..n {
+                let b = bw[s].clamp(0.0, 1.0);
+                bw_bp.push((b * 10_000.0).round() as u16);
+                usage.channels.push(
+                    ((b * h.channels as f32 - 1e-4).ceil().max(0.0) as u32).min(h.channels) as u8,
+                );
+                let c = cap[s].clamp(0.0, 1.0) as f64;
+                usage
+                    .blocks
+                    .push(((c * h.blocks as f64).ceil() as u64).min(h.blocks) as u32);
+            }
+        }
+        Population {
+            homes,
+            hosts: host_free.len(),
+            usage: Arc::new(usage),
+            bw_bp,
+            real_homes: real,
+        }
+    }
+
+    fn build_unsold(
+        cfg: &FleetConfig,
+        inputs: &Inputs,
+        n: usize,
+    ) -> Result<(Population, f64, u64), FleetError> {
+        if cfg.unsold_hosts == 0 {
+            return Ok((empty_population(), 0.0, 0));
+        }
+        let bins = &inputs.azure_bins;
+        if bins.len() < n {
+            return Err(FleetError::BadParam(format!(
+                "--hours {} plus {} hours of warm-up need {} five-minute Azure bins; the arrival files have {}",
+                cfg.hours,
+                cfg.warmup_hours,
+                n,
+                bins.len()
+            )));
+        }
+        // Start as late as the data allows (up to 7 days in) so the servers are in
+        // steady state when the run begins.
+        let pre = (bins.len() - n).min(7 * 288);
+        let vms: usize = bins.iter().map(|b| b.len()).sum();
+        let chans: usize = bins.iter().flatten().map(|&c| c as usize).sum();
+        let rate = chans as f64 / bins.len() as f64; // channels arriving per step
+        let want = cfg.unsold_load * cfg.unsold_hosts as f64 * 16.0;
+        let keep = if vms == 0 {
+            0.0
+        } else {
+            (want / (rate * gen::mean_vm_lifetime_steps())).min(1.0)
+        };
+        let mut rng = SplitMix64::derive(cfg.seed, &[2]);
+        let (sold, away) = gen::unsold_occupancy(bins, cfg.unsold_hosts, keep, pre, n, &mut rng);
+        let bpc = cfg.blocks_per_channel;
+        let bw_bp = sold
+            .iter()
+            .map(|&c| (c as u32 * 10_000 / 16) as u16)
+            .collect();
+        let usage = Usage {
+            steps: n,
+            blocks: sold.iter().map(|&c| (c as u64 * bpc) as u32).collect(),
+            channels: sold,
+        };
+        let homes = (0..cfg.unsold_hosts)
+            .map(|h| Home {
+                channels: 16,
+                blocks: 16 * bpc,
+                host: h as u32,
+            })
+            .collect();
+        Ok((
+            Population {
+                homes,
+                hosts: cfg.unsold_hosts,
+                usage: Arc::new(usage),
+                bw_bp,
+                real_homes: cfg.unsold_hosts,
+            },
+            keep,
+            away,
+        ))
+    }
+
+    fn build_tenants(
+        cfg: &FleetConfig,
+        inputs: &Inputs,
+        warmup: usize,
+        steps: usize,
+    ) -> Vec<HarvestTenant> {
+        let mut rng = SplitMix64::derive(cfg.seed, &[3]);
+        let dg = DemandGen {
+            blocks_per_gb: (cfg.blocks_per_channel / 64).max(1),
+            channel_gb: 64,
+        };
+        // Intensities: the real Alibaba bandwidth samples (empirical distribution).
+        let samples: Vec<f32> = inputs
+            .alibaba
+            .iter()
+            .flat_map(|m| m.bw.iter().copied())
+            .collect();
+        let start = warmup as Nanos * STEP;
+        let span = steps as Nanos * STEP;
+        let mut t: Vec<HarvestTenant> = (0..cfg.harvest)
+            .map(|_| {
+                let arrival = start + rng.next_u64() % span;
+                let demand = dg.draw(&mut rng);
+                let intensity = samples[(rng.next_u64() % samples.len() as u64) as usize];
+                HarvestTenant {
+                    arrival,
+                    demand,
+                    intensity,
+                }
+            })
+            .collect();
+        t.sort_by_key(|x| x.arrival);
+        t
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FleetConfig {
+        &self.cfg
+    }
+
+    /// Where the inputs came from.
+    pub fn provenance(&self) -> &Provenance {
+        &self.provenance
+    }
+
+    /// The harvest tenants, by arrival.
+    pub fn tenants(&self) -> &[HarvestTenant] {
+        &self.tenants
+    }
+
+    /// The homes of a scenario.
+    pub fn population(&self, s: Scenario) -> &Population {
+        match s {
+            Scenario::Sold => &self.sold,
+            Scenario::Unsold => &self.unsold,
+        }
+    }
+
+    /// Steps a run of one scenario takes (warm-up included), for progress bars.
+    pub fn total_steps(&self) -> usize {
+        self.warmup + self.steps
+    }
+
+    /// A built-in predictor for a scenario's homes.
+    pub fn predictor(&self, kind: PredictorKind, s: Scenario) -> Box<dyn HarvestPredictor> {
+        let g = self.cfg.harvest_cfg.duration_granule();
+        match kind {
+            PredictorKind::Oracle => Box::new(Oracle::new(self.population(s).usage.clone(), g)),
+            PredictorKind::Last => Box::new(LastWindow::default()),
+            PredictorKind::Histogram => {
+                Box::new(Histogram::new(self.population(s).homes.len(), 0.2, g))
+            }
+        }
+    }
+
+    /// Runs one scenario with `pred`, calling `progress` once per step.
+    pub fn run(
+        &self,
+        scenario: Scenario,
+        pred: &mut dyn HarvestPredictor,
+        progress: &mut dyn FnMut(),
+    ) -> Result<ScenarioReport, FleetError> {
+        Run::new(self, scenario).go(pred, progress)
+    }
+}
+
+/// Counts of what happened in a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    /// Harvest tenants that arrived.
+    pub requests: u64,
+    /// Of which got a gSSD on arrival.
+    pub served: u64,
+    /// Of which found no gSSD that fits (turned away before starting).
+    pub unserved: u64,
+    /// Jobs that ran to their end.
+    pub completed: u64,
+    /// Tenants still running when the run ended.
+    pub running_at_end: u64,
+    /// gSSDs created.
+    pub gssds_created: u64,
+    /// Unassigned gSSDs dropped at expiry (by the refresh timer, or by their home
+    /// needing the flash after the expiry and before the timer ran).
+    pub expired: u64,
+    /// Released gSSDs put back in the pool.
+    pub returned_to_pool: u64,
+    /// Released gSSDs erased and given back home (expiring within the horizon).
+    pub erased_on_release: u64,
+    /// Unassigned gSSDs taken back early by their home (no tenant affected).
+    pub reclaimed_unassigned: u64,
+    /// Early reclamations of assigned gSSDs (a tenant affected).
+    pub reclamations: u64,
+    /// Of which migrated the tenant to another gSSD.
+    pub migrations: u64,
+    /// Of which found no gSSD: the tenant is evicted (an exception).
+    pub exceptions: u64,
+    /// gSSDs still in the pool at the end (assigned or not).
+    pub live_at_end: u64,
+    /// Blocks granted beyond real demands at assignment (Table 1 waste), summed.
+    pub waste_blocks: u64,
+    /// Channels granted beyond real demands at assignment, summed.
+    pub waste_channels: u64,
+    /// Home-steps where usage plus what is lent exceeded the allotment after the
+    /// reclamation check (must be 0).
+    pub invariant_violations: u64,
+}
+
+/// Utilisation of a set of units (VMs or SSDs) before and after harvesting: the
+/// mean over units of each unit's time-average and of its time-maximum, for all
+/// units and for those whose average before harvesting is under 60%.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct UtilStats {
+    /// Units.
+    pub units: usize,
+    /// Mean of averages, before.
+    pub avg_before: f64,
+    /// Mean of averages, after.
+    pub avg_after: f64,
+    /// Mean of maxima, before.
+    pub max_before: f64,
+    /// Mean of maxima, after.
+    pub max_after: f64,
+    /// Units under 60% average before.
+    pub under60_units: usize,
+    /// Their mean average, before.
+    pub under60_avg_before: f64,
+    /// After.
+    pub under60_avg_after: f64,
+    /// Their mean maximum, before.
+    pub under60_max_before: f64,
+    /// After.
+    pub under60_max_after: f64,
+}
+
+/// Each unit's time-average utilisation (capacity before, after; bandwidth before,
+/// after), for CDF plots.
+pub type UnitAverages = Vec<[f32; 4]>;
+
+/// The result of one scenario.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScenarioReport {
+    /// Scenario.
+    pub scenario: Scenario,
+    /// Predictor name.
+    pub predictor: String,
+    /// Homes.
+    pub homes: usize,
+    /// SSDs.
+    pub ssds: usize,
+    /// Per home (VM), capacity.
+    pub vm_capacity: UtilStats,
+    /// Per home (VM), bandwidth.
+    pub vm_bandwidth: UtilStats,
+    /// Per SSD, capacity.
+    pub ssd_capacity: UtilStats,
+    /// Per SSD, bandwidth.
+    pub ssd_bandwidth: UtilStats,
+    /// Counters.
+    pub counters: Counters,
+    /// Per-home averages, for CDFs (not serialised).
+    #[serde(skip)]
+    pub vm_averages: UnitAverages,
+    /// Per-SSD averages, for CDFs (not serialised).
+    #[serde(skip)]
+    pub ssd_averages: UnitAverages,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct HomeState {
+    lent: bool,
+    cap: u64,
+    bw: u32,
+    tenant: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Pending,
+    Running,
+    Done,
+    Evicted,
+    Unserved,
+}
+
+/// Time sums and maxima of [cap before, cap after, bw before, bw after] per unit.
+struct Acc {
+    sum: Vec<[f64; 4]>,
+    max: Vec<[f32; 4]>,
+    samples: usize,
+}
+
+impl Acc {
+    fn new(n: usize) -> Self {
+        Self {
+            sum: vec![[0.0; 4]; n],
+            max: vec![[0.0; 4]; n],
+            samples: 0,
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, i: usize, v: [f32; 4]) {
+        let (s, m) = (&mut self.sum[i], &mut self.max[i]);
+        for k in 0..4 {
+            s[k] += v[k] as f64;
+            m[k] = m[k].max(v[k]);
+        }
+    }
+
+    fn averages(&self) -> UnitAverages {
+        let n = self.samples.max(1) as f64;
+        self.sum
+            .iter()
+            .map(|s| [0, 1, 2, 3].map(|k| (s[k] / n) as f32))
+            .collect()
+    }
+
+    fn stats(&self, dim: usize) -> UtilStats {
+        let avgs = self.averages();
+        let (b, a) = (2 * dim, 2 * dim + 1);
+        let mut st = UtilStats {
+            units: avgs.len(),
+            ..UtilStats::default()
+        };
+        for (i, v) in avgs.iter().enumerate() {
+            let m = &self.max[i];
+            st.avg_before += v[b] as f64;
+            st.avg_after += v[a] as f64;
+            st.max_before += m[b] as f64;
+            st.max_after += m[a] as f64;
+            if v[b] < 0.6 {
+                st.under60_units += 1;
+                st.under60_avg_before += v[b] as f64;
+                st.under60_avg_after += v[a] as f64;
+                st.under60_max_before += m[b] as f64;
+                st.under60_max_after += m[a] as f64;
+            }
+        }
+        let n = st.units.max(1) as f64;
+        st.avg_before /= n;
+        st.avg_after /= n;
+        st.max_before /= n;
+        st.max_after /= n;
+        let u = st.under60_units.max(1) as f64;
+        st.under60_avg_before /= u;
+        st.under60_avg_after /= u;
+        st.under60_max_before /= u;
+        st.under60_max_after /= u;
+        st
+    }
+}
+
+struct Run<'a> {
+    f: &'a Fleet,
+    s: Scenario,
+    pop: &'a Population,
+    cfg: HarvestConfig,
+    pool: GssdPool,
+    homes: Vec<HomeState>,
+    status: Vec<Status>,
+    tenant_gssd: Vec<u32>,
+    c: Counters,
+}
+
+impl<'a> Run<'a> {
+    fn new(f: &'a Fleet, s: Scenario) -> Self {
+        let pop = f.population(s);
+        let cfg = f.cfg.harvest_cfg;
+        Self {
+            f,
+            s,
+            pop,
+            cfg,
+            pool: GssdPool::new(cfg).expect("config validated"),
+            homes: vec![
+                HomeState {
+                    lent: false,
+                    cap: 0,
+                    bw: 0,
+                    tenant: NONE,
+                };
+                pop.homes.len()
+            ],
+            status: vec![Status::Pending; f.tenants.len()],
+            tenant_gssd: vec![NONE; f.tenants.len()],
+            c: Counters::default(),
+        }
+    }
+
+    fn gssd_home(&self, h: usize) -> Option<u64> {
+        // Unsold channels belong to no regular vSSD (Figure 10's home is empty).
+        (self.s == Scenario::Sold).then_some(h as u64)
+    }
+
+    /// Home `h` takes its gSSD back now.
+    fn reclaim(&mut self, h: usize, now: Nanos) -> Result<(), FleetError> {
+        let t = self.homes[h].tenant;
+        if t == NONE {
+            let g = self.pool.remove(h as u64)?;
+            // Past its expiry it is no loss: the refresh timer just has not run yet.
+            if g.expiry <= now {
+                self.c.expired += 1;
+            } else {
+                self.c.reclaimed_unassigned += 1;
+            }
+        } else {
+            let tn = &self.f.tenants[t as usize];
+            let end = tn.arrival + tn.demand.duration;
+            let q = tn.demand.quantized(&self.cfg);
+            let need = Demand {
+                duration: end.saturating_sub(now).max(1),
+                ..q
+            }
+            .quantized(&self.cfg);
+            let r = self.pool.early_reclaim(h as u64, &need, now)?;
+            self.c.reclamations += 1;
+            match r.action {
+                ReclaimAction::Migrate { to } => {
+                    self.c.migrations += 1;
+                    self.tenant_gssd[t as usize] = to as u32;
+                    self.homes[to as usize].tenant = t;
+                }
+                _ => {
+                    self.c.exceptions += 1;
+                    self.status[t as usize] = Status::Evicted;
+                    self.tenant_gssd[t as usize] = NONE;
+                }
+            }
+        }
+        self.homes[h] = HomeState {
+            lent: false,
+            cap: 0,
+            bw: 0,
+            tenant: NONE,
+        };
+        Ok(())
+    }
+
+    fn end_job(&mut self, t: usize, now: Nanos) -> Result<(), FleetError> {
+        if self.status[t] != Status::Running {
+            return Ok(());
+        }
+        let g = self.tenant_gssd[t] as usize;
+        let r = self.pool.release(g as u64, t as u64, now)?;
+        self.status[t] = Status::Done;
+        self.tenant_gssd[t] = NONE;
+        self.c.completed += 1;
+        if r.action == ReclaimAction::ReturnToPool {
+            self.c.returned_to_pool += 1;
+            self.homes[g].tenant = NONE;
+        } else {
+            self.c.erased_on_release += 1;
+            self.homes[g] = HomeState {
+                lent: false,
+                cap: 0,
+                bw: 0,
+                tenant: NONE,
+            };
+        }
+        Ok(())
+    }
+
+    fn arrive(
+        &mut self,
+        t: usize,
+        now: Nanos,
+        ends: &mut BinaryHeap<Reverse<(Nanos, u32)>>,
+    ) -> Result<(), FleetError> {
+        let tn = self.f.tenants[t];
+        self.c.requests += 1;
+        let q = tn.demand.quantized(&self.cfg);
+        match self.pool.harvest(t as u64, &q, now)? {
+            Some(g) => {
+                self.c.served += 1;
+                self.status[t] = Status::Running;
+                self.tenant_gssd[t] = g.id as u32;
+                self.homes[g.id as usize].tenant = t as u32;
+                ends.push(Reverse((now + tn.demand.duration, t as u32)));
+                let granted = Resources {
+                    capacity: g.capacity,
+                    bandwidth: g.bandwidth,
+                    duration: g.expiry - now,
+                };
+                if let Some((b, c)) = classify(granted, granted, tn.demand.into()).waste {
+                    self.c.waste_blocks += b;
+                    self.c.waste_channels += c as u64;
+                }
+            }
+            None => {
+                self.c.unserved += 1;
+                self.status[t] = Status::Unserved;
+            }
+        }
+        Ok(())
+    }
+
+    fn go(
+        mut self,
+        pred: &mut dyn HarvestPredictor,
+        progress: &mut dyn FnMut(),
+    ) -> Result<ScenarioReport, FleetError> {
+        let pop = self.pop;
+        let usage = &*pop.usage;
+        let n = usage.steps;
+        let warmup = self.f.warmup;
+        let nh = pop.homes.len();
+        let mut vm = Acc::new(nh);
+        let mut ssd = Acc::new(pop.hosts);
+        let mut host_sum = vec![[0f64; 6]; pop.hosts];
+        let mut timer = RefreshTimer::new(warmup as Nanos * STEP, self.cfg.refresh_interval());
+        let mut ends: BinaryHeap<Reverse<(Nanos, u32)>> = BinaryHeap::new();
+        let mut next = 0usize;
+        let tenants = &self.f.tenants;
+        let sold = self.s == Scenario::Sold;
+        let chunk = self.cfg.chunk_blocks;
+        for step in 0..n {
+            let now = step as Nanos * STEP;
+            let view = |h: usize| {
+                let o = h * n;
+                HomeView {
+                    alloc_channels: pop.homes[h].channels,
+                    alloc_blocks: pop.homes[h].blocks,
+                    chunk_blocks: chunk,
+                    used_channels: &usage.channels[o..=o + step],
+                    used_blocks: &usage.blocks[o..=o + step],
+                }
+            };
+            for h in 0..nh {
+                pred.observe(h, &view(h));
+            }
+            if step < warmup {
+                progress();
+                continue;
+            }
+            // 2. early reclamation on real usage
+            for h in 0..nh {
+                let st = self.homes[h];
+                if st.lent {
+                    let o = h * n + step;
+                    let home = pop.homes[h];
+                    if usage.channels[o] as u32 + st.bw > home.channels
+                        || usage.blocks[o] as u64 + st.cap > home.blocks
+                    {
+                        self.reclaim(h, now)?;
+                    }
+                }
+            }
+            // 3. refresh timer
+            if timer.fire(now) {
+                let rep = self.pool.refresh(now, &[]);
+                for g in rep.dropped {
+                    self.c.expired += 1;
+                    self.homes[g.id as usize].lent = false;
+                    self.homes[g.id as usize].cap = 0;
+                    self.homes[g.id as usize].bw = 0;
+                }
+                for id in rep.expired_in_use {
+                    self.reclaim(id as usize, now)?;
+                }
+            }
+            // 4. predictions and gSSD creation
+            for h in 0..nh {
+                if self.homes[h].lent {
+                    continue;
+                }
+                let Some(p) = pred.predict(h, &view(h)) else {
+                    continue;
+                };
+                let Some((cap, bw, lasts)) =
+                    self.cfg
+                        .harvestable(p.free_blocks, p.free_channels, p.lasts)
+                else {
+                    continue;
+                };
+                let home = pop.homes[h];
+                let o = h * n + step;
+                // A predictor may not lend what is in use right now.
+                let cap = cap.min((home.blocks - usage.blocks[o] as u64) / chunk * chunk);
+                let bw = bw.min(home.channels - usage.channels[o] as u32);
+                if cap == 0 || bw == 0 {
+                    continue;
+                }
+                let g = Gssd::new(&self.cfg, h as u64, self.gssd_home(h), cap, bw, now, lasts)?;
+                self.pool.insert(g)?;
+                self.c.gssds_created += 1;
+                self.homes[h] = HomeState {
+                    lent: true,
+                    cap,
+                    bw,
+                    tenant: NONE,
+                };
+            }
+            // 5. events inside the step, in time order (ends before arrivals at a tie)
+            let until = now + STEP;
+            loop {
+                let te = ends.peek().map_or(Nanos::MAX, |e| e.0 .0);
+                let ta = tenants.get(next).map_or(Nanos::MAX, |t| t.arrival);
+                let t = te.min(ta);
+                if t >= until {
+                    break;
+                }
+                if te <= ta {
+                    let Reverse((at, id)) = ends.pop().expect("peeked");
+                    self.end_job(id as usize, at)?;
+                } else {
+                    self.arrive(next, ta, &mut ends)?;
+                    next += 1;
+                }
+            }
+            // 6. utilisation
+            for hs in host_sum.iter_mut() {
+                *hs = [0.0; 6];
+            }
+            for h in 0..nh {
+                let home = pop.homes[h];
+                let o = h * n + step;
+                let st = self.homes[h];
+                let used_b = usage.blocks[o] as u64;
+                if st.lent
+                    && (used_b + st.cap > home.blocks
+                        || usage.channels[o] as u32 + st.bw > home.channels)
+                {
+                    self.c.invariant_violations += 1;
+                }
+                let (tc, tb) = if st.tenant != NONE {
+                    let tn = &tenants[st.tenant as usize];
+                    let i = if sold { tn.intensity } else { 1.0 };
+                    (
+                        tn.demand.capacity as f64,
+                        tn.demand.bandwidth as f64 * i as f64,
+                    )
+                } else {
+                    (0.0, 0.0)
+                };
+                let bw_b = pop.bw_bp[o] as f64 / 10_000.0 * home.channels as f64;
+                let hb = home.blocks as f64;
+                let hc = home.channels as f64;
+                vm.add(
+                    h,
+                    [
+                        (used_b as f64 / hb) as f32,
+                        ((used_b as f64 + tc) / hb) as f32,
+                        (bw_b / hc) as f32,
+                        ((bw_b + tb) / hc) as f32,
+                    ],
+                );
+                let hs = &mut host_sum[home.host as usize];
+                hs[0] += used_b as f64;
+                hs[1] += used_b as f64 + tc;
+                hs[2] += hb;
+                hs[3] += bw_b;
+                hs[4] += bw_b + tb;
+                hs[5] += hc;
+            }
+            vm.samples += 1;
+            for (i, hs) in host_sum.iter().enumerate() {
+                ssd.add(
+                    i,
+                    [
+                        (hs[0] / hs[2]) as f32,
+                        (hs[1] / hs[2]) as f32,
+                        (hs[3] / hs[5]) as f32,
+                        (hs[4] / hs[5]) as f32,
+                    ],
+                );
+            }
+            ssd.samples += 1;
+            progress();
+        }
+        self.c.running_at_end = self
+            .status
+            .iter()
+            .filter(|&&s| s == Status::Running)
+            .count() as u64;
+        self.c.live_at_end = self.pool.len() as u64;
+        Ok(ScenarioReport {
+            scenario: self.s,
+            predictor: pred.name().to_string(),
+            homes: nh,
+            ssds: pop.hosts,
+            vm_capacity: vm.stats(0),
+            vm_bandwidth: vm.stats(1),
+            ssd_capacity: ssd.stats(0),
+            ssd_bandwidth: ssd.stats(1),
+            counters: self.c,
+            vm_averages: vm.averages(),
+            ssd_averages: ssd.averages(),
+        })
+    }
+}

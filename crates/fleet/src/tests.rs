@@ -1,0 +1,165 @@
+//! End-to-end runs of small fleets on in-memory inputs, and the conservation
+//! invariants as properties.
+
+use proptest::prelude::*;
+use sla::rng::SplitMix64;
+
+use crate::*;
+
+/// Small made-up inputs (not the real traces): 4 machines with bursty bandwidth, a
+/// slowly varying capacity series, and arrivals of mixed sizes every bin.
+fn inputs(seed: u64) -> Inputs {
+    let mut rng = SplitMix64::new(seed);
+    let alibaba = (0..4)
+        .map(|m| MachineSeries {
+            machine: format!("m_{m}"),
+            bw: (0..400)
+                .map(|i| {
+                    if (i / 20 + m) % 5 == 0 {
+                        0.6
+                    } else {
+                        0.05 + 0.1 * rng.next_f64() as f32
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    let google_capacity = (0..800)
+        .map(|i| 0.2 + 0.6 * (((i / 40) % 7) as f32 / 7.0))
+        .collect();
+    let azure_bins = (0..2000)
+        .map(|i| {
+            (0..(3 + i % 4))
+                .map(|k| [1u8, 2, 4, 8][(k + i) % 4])
+                .collect()
+        })
+        .collect();
+    Inputs {
+        alibaba,
+        google_capacity,
+        azure_bins,
+    }
+}
+
+fn small(seed: u64) -> FleetConfig {
+    FleetConfig {
+        regular: 40,
+        harvest: 400,
+        hours: 24,
+        warmup_hours: 6,
+        seed,
+        unsold_hosts: 20,
+        ..FleetConfig::default()
+    }
+}
+
+fn check(r: &ScenarioReport) {
+    let c = &r.counters;
+    assert_eq!(c.invariant_violations, 0, "{r:?}");
+    // Every gSSD ends assigned or unassigned in the pool, returned home, or expired.
+    assert_eq!(
+        c.gssds_created,
+        c.live_at_end + c.expired + c.erased_on_release + c.reclaimed_unassigned + c.reclamations,
+        "{c:?}"
+    );
+    // Every tenant ends served to the end, evicted, turned away, or still running.
+    assert_eq!(
+        c.requests,
+        c.completed + c.exceptions + c.unserved + c.running_at_end,
+        "{c:?}"
+    );
+    assert_eq!(c.served, c.requests - c.unserved);
+    assert_eq!(c.reclamations, c.migrations + c.exceptions);
+    for s in [
+        r.vm_capacity,
+        r.vm_bandwidth,
+        r.ssd_capacity,
+        r.ssd_bandwidth,
+    ] {
+        assert!(s.avg_after + 1e-9 >= s.avg_before, "{s:?}");
+        assert!(
+            s.max_after <= 1.0 + 1e-6 && s.avg_after <= 1.0 + 1e-6,
+            "{s:?}"
+        );
+        assert!(s.max_after + 1e-9 >= s.max_before, "{s:?}");
+    }
+}
+
+#[test]
+fn every_predictor_runs_and_conserves() {
+    let f = Fleet::build(&small(1), &inputs(1)).unwrap();
+    for s in [Scenario::Sold, Scenario::Unsold] {
+        for k in [
+            PredictorKind::Oracle,
+            PredictorKind::Last,
+            PredictorKind::Histogram,
+        ] {
+            let mut p = f.predictor(k, s);
+            let mut ticks = 0;
+            let r = f.run(s, p.as_mut(), &mut || ticks += 1).unwrap();
+            assert_eq!(ticks, f.total_steps());
+            check(&r);
+            assert!(r.counters.served > 0, "{s:?} {k:?}: {:?}", r.counters);
+            if k == PredictorKind::Oracle {
+                assert_eq!(r.counters.reclamations, 0, "the oracle never over-predicts");
+                assert_eq!(r.counters.reclaimed_unassigned, 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn runs_are_deterministic_and_seeded() {
+    let run = |seed| {
+        let f = Fleet::build(&small(seed), &inputs(1)).unwrap();
+        let mut p = f.predictor(PredictorKind::Last, Scenario::Sold);
+        f.run(Scenario::Sold, p.as_mut(), &mut || {}).unwrap()
+    };
+    assert_eq!(run(3), run(3));
+    assert_ne!(run(3).counters, run(4).counters);
+}
+
+#[test]
+fn impossible_parameters_are_named() {
+    let e = Fleet::build(
+        &FleetConfig {
+            hours: 0,
+            ..small(1)
+        },
+        &inputs(1),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("--hours"), "{e}");
+    let e = Fleet::build(
+        &FleetConfig {
+            hours: 1000,
+            ..small(1)
+        },
+        &inputs(1),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("Azure bins"), "{e}");
+    assert!("lstm".parse::<PredictorKind>().is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, .. ProptestConfig::default() })]
+
+    /// Harvested + used never exceeds a home's channels or blocks, and every gSSD
+    /// and tenant is accounted for, whatever the seed, sizes and predictor.
+    #[test]
+    fn conservation(seed in 0u64..1000, regular in 1usize..30, harvest in 0usize..300,
+                    hosts in 0usize..10, k in 0usize..3, margin in 0.0f64..0.3) {
+        let cfg = FleetConfig { regular, harvest, unsold_hosts: hosts, hours: 12, warmup_hours: 2, seed, ..FleetConfig::default() };
+        let f = Fleet::build(&cfg, &inputs(seed)).unwrap();
+        for s in [Scenario::Sold, Scenario::Unsold] {
+            let mut p: Box<dyn HarvestPredictor> = match k {
+                0 => f.predictor(PredictorKind::Oracle, s),
+                1 => Box::new(LastWindow { margin, ..LastWindow::default() }),
+                _ => f.predictor(PredictorKind::Histogram, s),
+            };
+            let r = f.run(s, p.as_mut(), &mut || {}).unwrap();
+            check(&r);
+        }
+    }
+}
