@@ -286,6 +286,7 @@ impl EmulatedProber {
                 extents,
                 capacity_bytes: capacity,
                 gc: ftl::GcPolicyKind::default(),
+                lent: Vec::new(),
             },
             clock.clone(),
             Arc::new(MemCheckpoints::default()),

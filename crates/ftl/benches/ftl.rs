@@ -27,6 +27,7 @@ fn vssd() -> Arc<Vssd> {
         capacity_bytes: default_capacity(&g, &extents),
         extents,
         gc: GcPolicyKind::Greedy,
+        lent: Vec::new(),
     };
     Vssd::create(
         dev,

@@ -26,6 +26,53 @@ pub enum FtlError {
     /// The vSSD was destroyed.
     #[error("vSSD {0} has been deleted")]
     Gone(String),
+    /// A lend named a channel the vSSD has no flash on.
+    #[error("vSSD {name} has no flash on channel {channel}")]
+    UnknownChannel {
+        /// vSSD name.
+        name: String,
+        /// The channel asked for.
+        channel: u32,
+    },
+    /// A lend asked for more blocks than [`crate::Vssd::lendable`] allows now.
+    #[error(
+        "vSSD {name} can lend at most {lendable} blocks per plane on channel {channel}, not {asked}"
+    )]
+    NotLendable {
+        /// vSSD name.
+        name: String,
+        /// The channel.
+        channel: u32,
+        /// Blocks per plane asked for.
+        asked: u32,
+        /// Blocks per plane it could lend.
+        lendable: u32,
+    },
+    /// A channel already has a lent range (one per channel).
+    #[error("vSSD {name} already lends blocks on channel {channel} (one lent range per channel)")]
+    AlreadyLent {
+        /// vSSD name.
+        name: String,
+        /// The channel.
+        channel: u32,
+    },
+    /// `take_back` named an extent that is not (exactly) one the vSSD lent.
+    #[error("vSSD {name} has not lent {extent:?}")]
+    NotLent {
+        /// vSSD name.
+        name: String,
+        /// The extent named.
+        extent: crate::Extent,
+    },
+    /// A lend or take-back request that means nothing: no channels, zero blocks, or a
+    /// channel or extent named twice.
+    #[error("vSSD {name}: bad lend request: {reason}")]
+    BadLend {
+        /// vSSD name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl From<FtlError> for blockdev::IoError {

@@ -10,6 +10,8 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::gc::{Candidate, GcPolicy};
+
+mod lend;
 use crate::{CheckpointStore, FtlError, GcPolicyKind};
 
 /// `l2p` value of an unmapped logical page.
@@ -57,6 +59,14 @@ impl Extent {
             blocks: geo.blocks_per_plane,
         }
     }
+
+    /// Whether block `b` of a device with geometry `geo` lies in this extent.
+    pub fn contains(&self, geo: &Geometry, b: BlockId) -> bool {
+        let i = geo.block_in_plane(b);
+        geo.channel_of(b) == self.channel
+            && i >= self.first_block
+            && (i as u64) < self.first_block as u64 + self.blocks as u64
+    }
 }
 
 /// What a vSSD is made of.
@@ -74,6 +84,11 @@ pub struct VssdConfig {
     /// GC victim policy.
     #[serde(default)]
     pub gc: GcPolicyKind,
+    /// Ranges of `extents` lent to ghost vSSDs ([`Vssd::lend`]): not this vSSD's
+    /// flash until taken back, so it never allocates, reads, scans or erases them.
+    /// At most one per channel, each inside one of `extents`.
+    #[serde(default)]
+    pub lent: Vec<Extent>,
 }
 
 /// Counters and gauges of a vSSD.
@@ -103,6 +118,13 @@ pub struct FtlStats {
     pub max_erase_count: u32,
     /// Smallest erase count among owned blocks.
     pub min_erase_count: u32,
+    /// Blocks lent to ghost vSSDs now (counted in `total_blocks`, never free).
+    #[serde(default)]
+    pub lent_blocks: u64,
+    /// Valid pages moved off blocks being lent (also counted in
+    /// `flash_pages_written`).
+    #[serde(default)]
+    pub lend_pages_moved: u64,
 }
 
 impl FtlStats {
@@ -145,6 +167,10 @@ enum BState {
     Free,
     Open,
     Closed,
+    /// Being emptied by [`Vssd::lend`]: neither allocated nor a GC victim.
+    Draining,
+    /// Lent to a ghost vSSD: not ours until taken back.
+    Lent,
 }
 
 #[derive(Debug, Clone)]
@@ -182,6 +208,7 @@ struct Counters {
     flash_pages_read: u64,
     gc_runs: u64,
     gc_pages_moved: u64,
+    lend_pages_moved: u64,
     block_erases: u64,
 }
 
@@ -207,6 +234,10 @@ struct Inner {
     /// GC's page buffer, kept between steps (background GC runs on every host
     /// write once a unit is low on blocks).
     gc_buf: Vec<u8>,
+    /// Extents lent now (see [`Vssd::lend`]).
+    lent: Vec<Extent>,
+    /// Channels a lend in progress is emptying.
+    lending: Vec<u32>,
 }
 
 /// A virtual SSD. Implements [`BlockDev`]; every method is thread-safe.
@@ -221,6 +252,8 @@ pub struct Vssd {
     page_size: usize,
     logical_pages: u64,
     inner: Mutex<Inner>,
+    /// Serialises lend, take_back and erase_all, which drop `inner` between steps.
+    lend_lock: Mutex<()>,
 }
 
 impl std::fmt::Debug for Vssd {
@@ -275,6 +308,24 @@ fn validate(geo: &Geometry, cfg: &VssdConfig) -> Result<(), FtlError> {
     if cfg.capacity_bytes / geo.page_size as u64 >= TRIM_REC as u64 {
         return bad("too many logical pages".into());
     }
+    for (i, l) in cfg.lent.iter().enumerate() {
+        let inside = cfg.extents.iter().any(|e| {
+            e.channel == l.channel
+                && e.first_block <= l.first_block
+                && l.first_block as u64 + l.blocks as u64 <= e.first_block as u64 + e.blocks as u64
+        });
+        if l.blocks == 0 || !inside {
+            return bad(format!(
+                "lent range {}..{} on channel {} is empty or not inside one of its extents",
+                l.first_block,
+                l.first_block as u64 + l.blocks as u64,
+                l.channel
+            ));
+        }
+        if cfg.lent[..i].iter().any(|o| o.channel == l.channel) {
+            return bad(format!("more than one lent range on channel {}", l.channel));
+        }
+    }
     Ok(())
 }
 
@@ -299,11 +350,12 @@ impl Vssd {
                 for plane in 0..geo.planes_per_die {
                     for b in e.first_block..e.first_block + e.blocks {
                         let id = geo.block_id(e.channel, die, plane, b);
+                        let lent = cfg.lent.iter().any(|l| l.contains(&geo, id));
                         st.blocks.push(blocks.len() as u32);
                         blocks.push(Blk {
                             id,
                             pu,
-                            state: BState::Free,
+                            state: if lent { BState::Lent } else { BState::Free },
                             wp: 0,
                             valid: 0,
                             erase_count: dev.erase_count(id),
@@ -329,6 +381,8 @@ impl Vssd {
             gone: false,
             scratch: vec![0; geo.page_size as usize],
             gc_buf: vec![0; geo.page_size as usize],
+            lent: cfg.lent.clone(),
+            lending: Vec::new(),
         };
         Ok(Self {
             policy: cfg.gc.build(),
@@ -341,6 +395,7 @@ impl Vssd {
             page_size: geo.page_size as usize,
             logical_pages,
             inner: Mutex::new(inner),
+            lend_lock: Mutex::new(()),
         })
     }
 
@@ -358,13 +413,16 @@ impl Vssd {
             let now = v.clock.now();
             let inner = &mut *g;
             for b in inner.blocks.iter_mut() {
-                if v.dev.write_ptr(b.id) > 0 {
+                if b.state != BState::Lent && v.dev.write_ptr(b.id) > 0 {
                     v.dev.erase(b.id, now)?;
                     b.erase_count = v.dev.erase_count(b.id);
                     inner.counters.block_erases += 1;
                 }
             }
             for (i, b) in inner.blocks.iter().enumerate() {
+                if b.state == BState::Lent {
+                    continue;
+                }
                 inner.pus[b.pu as usize]
                     .free
                     .insert((b.erase_count, i as u32));
@@ -392,9 +450,14 @@ impl Vssd {
         Ok(Arc::new(v))
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &VssdConfig {
-        &self.cfg
+    /// The configuration, with `lent` the extents lent now: what to persist so
+    /// that [`Vssd::open`] rebuilds this vSSD (a value, since lending changes it).
+    pub fn config(&self) -> VssdConfig {
+        let lent = self.inner.lock().lent.clone();
+        VssdConfig {
+            lent,
+            ..self.cfg.clone()
+        }
     }
 
     /// Counters and gauges.
@@ -412,8 +475,22 @@ impl Vssd {
             free_blocks: g.pus.iter().map(|p| p.free.len() as u64).sum(),
             total_blocks: g.blocks.len() as u64,
             mapped_pages: g.l2p.iter().filter(|&&x| x != UNMAPPED).count() as u64,
-            max_erase_count: g.blocks.iter().map(|b| b.erase_count).max().unwrap_or(0),
-            min_erase_count: g.blocks.iter().map(|b| b.erase_count).min().unwrap_or(0),
+            max_erase_count: g
+                .blocks
+                .iter()
+                .filter(|b| b.state != BState::Lent)
+                .map(|b| b.erase_count)
+                .max()
+                .unwrap_or(0),
+            min_erase_count: g
+                .blocks
+                .iter()
+                .filter(|b| b.state != BState::Lent)
+                .map(|b| b.erase_count)
+                .min()
+                .unwrap_or(0),
+            lent_blocks: g.blocks.iter().filter(|b| b.state == BState::Lent).count() as u64,
+            lend_pages_moved: c.lend_pages_moved,
         }
     }
 
@@ -433,14 +510,19 @@ impl Vssd {
 
     /// Erases every block the vSSD owns and forgets its checkpoint; later I/O fails
     /// with [`FtlError::Gone`]. Returns the modelled completion time of the erases,
-    /// which proceed in parallel across dies and channels.
+    /// which proceed in parallel across dies and channels. Lent blocks are left
+    /// alone (they hold the borrower's data): take them back first.
     pub fn destroy(&self) -> Result<Nanos, FtlError> {
+        let _l = self.lend_lock.lock();
         let mut g = self.inner.lock();
         g.gone = true;
         let now = self.clock.now();
         let mut done = now;
         let inner = &mut *g;
         for b in inner.blocks.iter_mut() {
+            if b.state == BState::Lent {
+                continue;
+            }
             if self.dev.write_ptr(b.id) > 0 {
                 done = done.max(self.dev.erase(b.id, now)?);
                 inner.counters.block_erases += 1;
@@ -646,31 +728,11 @@ impl Vssd {
             if owner == UNMAPPED {
                 continue;
             }
-            let gp = self.global_page(g, lp);
-            let oob = self.dev.oob(gp).ok_or_else(|| FtlError::Recovery {
-                name: self.cfg.name.clone(),
-                reason: format!("live page {gp} has no OOB record"),
-            })?;
-            if owner == TRIM_REC && oob.seq <= g.ckpt_seq {
-                Self::invalidate_page(g, lp, ppb);
-                continue;
+            if let Some(done) = self.move_page(g, pu, lp, owner, now, t, buf)? {
+                t = t.max(done);
+                g.counters.gc_pages_moved += 1;
+                moved += 1;
             }
-            t = t.max(self.dev.read(gp, 0, buf, now)?);
-            g.counters.flash_pages_read += 1;
-            let (nlp, done) = self.program(g, buf, &oob, Some(pu), t)?;
-            t = t.max(done);
-            Self::invalidate_page(g, lp, ppb);
-            g.p2l[nlp as usize] = owner;
-            g.blocks[(nlp / ppb) as usize].valid += 1;
-            if owner == TRIM_REC {
-                if let Some(x) = g.live_trims.iter_mut().find(|x| **x == lp) {
-                    *x = nlp;
-                }
-            } else {
-                g.l2p[owner as usize] = nlp;
-            }
-            g.counters.gc_pages_moved += 1;
-            moved += 1;
         }
         if g.pus[pu].cursor < ppb && g.blocks[victim as usize].valid > 0 {
             return Ok(false);
@@ -691,6 +753,49 @@ impl Vssd {
         g.counters.gc_runs += 1;
         g.counters.block_erases += 1;
         Ok(true)
+    }
+
+    /// Moves live local page `lp` (holding logical page `owner`, or a trim record)
+    /// to a block of `pu`, keeping its OOB record and so its sequence number: read
+    /// issued at `now`, program at `after` or when the read is done. Returns the
+    /// program's completion time, or `None` for a trim record that the last
+    /// checkpoint covers, which is dropped instead.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn move_page(
+        &self,
+        g: &mut Inner,
+        pu: usize,
+        lp: u32,
+        owner: u32,
+        now: Nanos,
+        after: Nanos,
+        buf: &mut [u8],
+    ) -> Result<Option<Nanos>, FtlError> {
+        let ppb = self.ppb;
+        let gp = self.global_page(g, lp);
+        let oob = self.dev.oob(gp).ok_or_else(|| FtlError::Recovery {
+            name: self.cfg.name.clone(),
+            reason: format!("live page {gp} has no OOB record"),
+        })?;
+        if owner == TRIM_REC && oob.seq <= g.ckpt_seq {
+            Self::invalidate_page(g, lp, ppb);
+            return Ok(None);
+        }
+        let t = after.max(self.dev.read(gp, 0, buf, now)?);
+        g.counters.flash_pages_read += 1;
+        let (nlp, done) = self.program(g, buf, &oob, Some(pu), t)?;
+        Self::invalidate_page(g, lp, ppb);
+        g.p2l[nlp as usize] = owner;
+        g.blocks[(nlp / ppb) as usize].valid += 1;
+        if owner == TRIM_REC {
+            if let Some(x) = g.live_trims.iter_mut().find(|x| **x == lp) {
+                *x = nlp;
+            }
+        } else {
+            g.l2p[owner as usize] = nlp;
+        }
+        Ok(Some(t.max(done)))
     }
 
     /// Collects one whole victim block on `pu` (foreground GC). Returns false if
@@ -969,6 +1074,9 @@ impl Vssd {
         let mut events: Vec<(u64, u32)> = Vec::new(); // (seq, local page) newer than the checkpoint
         let mut max_seq = cseq;
         for bi in 0..g.blocks.len() {
+            if g.blocks[bi].state == BState::Lent {
+                continue; // the borrower's pages
+            }
             let id = g.blocks[bi].id;
             let wp = self.dev.write_ptr(id);
             for page in 0..wp {
@@ -1074,6 +1182,9 @@ impl Vssd {
             }
         }
         for bi in 0..g.blocks.len() {
+            if g.blocks[bi].state == BState::Lent {
+                continue;
+            }
             let (pu, wp, ec) = (
                 g.blocks[bi].pu as usize,
                 g.blocks[bi].wp,

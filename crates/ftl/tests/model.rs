@@ -57,6 +57,7 @@ fn cfg(g: &Geometry, gc: GcPolicyKind) -> VssdConfig {
         extents,
         capacity_bytes,
         gc,
+        lent: Vec::new(),
     }
 }
 
@@ -217,6 +218,7 @@ fn big_cfg(g: &Geometry, id: u32, channels: std::ops::Range<u32>) -> VssdConfig 
         extents,
         capacity_bytes,
         gc: GcPolicyKind::Greedy,
+        lent: Vec::new(),
     }
 }
 

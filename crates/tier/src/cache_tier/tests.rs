@@ -377,6 +377,7 @@ fn completion_is_the_latest_device_operation() {
             extents: vec![Extent::whole_channel(&geo, 0)],
             capacity_bytes: 4 * MIB,
             gc: Default::default(),
+            lent: Vec::new(),
         },
         clock.clone(),
         Arc::new(MemCheckpoints::default()),
