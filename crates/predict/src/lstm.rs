@@ -1,0 +1,299 @@
+//! A small LSTM (one layer, linear head) on candle tensors, with its own Adam.
+//!
+//! Why not `candle_nn::LSTM`: the predictors need a *batched path across models* —
+//! every vSSD has its own online-trained weights, and predicting for 1,000 vSSDs one
+//! by one pays candle's per-op overhead 1,000 times. Here every weight carries a
+//! leading "model" dimension, so the weights of many models can be stacked with
+//! `Tensor::cat` and one forward pass (batched matmuls) serves them all. The maths is
+//! still candle's (matmul, sigmoid, tanh, softmax, autograd and `AdamW` with no weight
+//! decay, i.e. Adam); only the wiring of the cell is written out.
+//!
+//! Weights are initialised from a seeded SplitMix64 stream (uniform in ±1/√hidden, as
+//! PyTorch does), so runs are deterministic without relying on the device's RNG.
+
+use candle_core::{DType, Device, Tensor, Var, D};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+
+use crate::PredictError;
+
+/// What the head of the network computes and how it is trained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Head {
+    /// Softmax over classes, trained with cross-entropy.
+    CrossEntropy,
+    /// Softmax over classes, trained with MSE against a one-hot target (the artifact's loss).
+    SoftmaxMse,
+    /// One linear output, trained with MSE (regression).
+    Regression,
+}
+
+/// One LSTM model: input `features` per time step, `hidden` units, `outputs` outputs.
+pub(crate) struct Lstm {
+    pub features: usize,
+    pub hidden: usize,
+    pub outputs: usize,
+    head: Head,
+    /// `[1, F, 4H]`, `[1, H, 4H]`, `[1, 1, 4H]`, `[1, H, O]`, `[1, 1, O]`.
+    vars: [Var; 5],
+    opt: AdamW,
+}
+
+impl std::fmt::Debug for Lstm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lstm")
+            .field("features", &self.features)
+            .field("hidden", &self.hidden)
+            .field("outputs", &self.outputs)
+            .field("head", &self.head)
+            .finish()
+    }
+}
+
+/// Deterministic SplitMix64, for weight initialisation.
+pub(crate) struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `[-a, a)`.
+    pub fn uniform(&mut self, a: f32) -> f32 {
+        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        (2.0 * u - 1.0) * a
+    }
+}
+
+fn var(rng: &mut SplitMix, shape: &[usize], a: f32) -> Result<Var, PredictError> {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|_| rng.uniform(a)).collect();
+    Ok(Var::from_tensor(&Tensor::from_vec(
+        v,
+        shape,
+        &Device::Cpu,
+    )?)?)
+}
+
+impl Lstm {
+    pub fn new(
+        features: usize,
+        hidden: usize,
+        outputs: usize,
+        head: Head,
+        lr: f64,
+        seed: u64,
+    ) -> Result<Self, PredictError> {
+        let mut rng = SplitMix(seed);
+        let a = 1.0 / (hidden as f32).sqrt();
+        let vars = [
+            var(&mut rng, &[1, features, 4 * hidden], a)?,
+            var(&mut rng, &[1, hidden, 4 * hidden], a)?,
+            var(&mut rng, &[1, 1, 4 * hidden], a)?,
+            var(&mut rng, &[1, hidden, outputs], a)?,
+            var(&mut rng, &[1, 1, outputs], a)?,
+        ];
+        let opt = AdamW::new(
+            vars.to_vec(),
+            ParamsAdamW {
+                lr,
+                weight_decay: 0.0,
+                ..Default::default()
+            },
+        )?;
+        Ok(Self {
+            features,
+            hidden,
+            outputs,
+            head,
+            vars,
+            opt,
+        })
+    }
+
+    /// Parameters (weights and biases) of the model.
+    pub fn params(&self) -> usize {
+        let (f, h, o) = (self.features, self.hidden, self.outputs);
+        f * 4 * h + h * 4 * h + 4 * h + h * o + o
+    }
+
+    /// Bytes the model holds: f32 parameters plus Adam's two moments per parameter.
+    pub fn bytes(&self) -> usize {
+        3 * 4 * self.params()
+    }
+
+    /// Forward pass of `M` models stacked along dimension 0 (`w` as from
+    /// [`Lstm::stack`]) over `x: [M, B, T, F]`; returns raw outputs `[M, B, O]`.
+    fn forward(w: &[Tensor; 5], x: &Tensor) -> Result<Tensor, PredictError> {
+        let (m, b, t, f) = x.dims4()?;
+        let h4 = w[1].dim(2)?;
+        let h = h4 / 4;
+        // Input projections of every time step at once: [M, B*T, F] x [M, F, 4H].
+        let xp = x
+            .reshape((m, b * t, f))?
+            .matmul(&w[0])?
+            .broadcast_add(&w[2])?
+            .reshape((m, b, t, h4))?;
+        let mut hs = Tensor::zeros((m, b, h), DType::F32, &Device::Cpu)?;
+        let mut cs = hs.clone();
+        for step in 0..t {
+            let g = xp.narrow(2, step, 1)?.squeeze(2)?.add(&hs.matmul(&w[1])?)?;
+            let i = candle_nn::ops::sigmoid(&g.narrow(2, 0, h)?)?;
+            let fg = candle_nn::ops::sigmoid(&g.narrow(2, h, h)?)?;
+            let gg = g.narrow(2, 2 * h, h)?.tanh()?;
+            let o = candle_nn::ops::sigmoid(&g.narrow(2, 3 * h, h)?)?;
+            cs = fg.mul(&cs)?.add(&i.mul(&gg)?)?;
+            hs = o.mul(&cs.tanh()?)?;
+        }
+        Ok(hs.matmul(&w[3])?.broadcast_add(&w[4])?)
+    }
+
+    fn own(&self) -> [Tensor; 5] {
+        std::array::from_fn(|k| self.vars[k].as_tensor().clone())
+    }
+
+    /// The weights of several models (same shapes) stacked along the model dimension.
+    fn stack(models: &[&Lstm]) -> Result<[Tensor; 5], PredictError> {
+        let mut out: Vec<Tensor> = Vec::with_capacity(5);
+        for k in 0..5 {
+            let ts: Vec<&Tensor> = models.iter().map(|m| m.vars[k].as_tensor()).collect();
+            out.push(Tensor::cat(&ts, 0)?.detach());
+        }
+        Ok(out.try_into().expect("five weights"))
+    }
+
+    fn input(&self, m: usize, b: usize, t: usize, xs: Vec<f32>) -> Result<Tensor, PredictError> {
+        Ok(Tensor::from_vec(
+            xs,
+            (m, b, t, self.features),
+            &Device::Cpu,
+        )?)
+    }
+
+    /// One Adam step on a batch: `xs` holds `B` sequences of `t` steps of `features`
+    /// values each (flattened), `targets` one class (as f32) or value per sequence.
+    /// Returns the loss before the step.
+    pub fn train(&mut self, xs: &[f32], t: usize, targets: &[f32]) -> Result<f32, PredictError> {
+        let b = targets.len();
+        if b == 0 {
+            return Ok(0.0);
+        }
+        let x = self.input(1, b, t, xs.to_vec())?;
+        let out = Self::forward(&self.own(), &x)?.squeeze(0)?; // [B, O]
+        let loss = match self.head {
+            Head::CrossEntropy => {
+                let tg: Vec<u32> = targets.iter().map(|&c| c as u32).collect();
+                let tg = Tensor::from_vec(tg, b, &Device::Cpu)?;
+                candle_nn::loss::cross_entropy(&out, &tg)?
+            }
+            Head::SoftmaxMse => {
+                let mut oh = vec![0f32; b * self.outputs];
+                for (i, &c) in targets.iter().enumerate() {
+                    oh[i * self.outputs + c as usize] = 1.0;
+                }
+                let oh = Tensor::from_vec(oh, (b, self.outputs), &Device::Cpu)?;
+                candle_nn::loss::mse(&candle_nn::ops::softmax_last_dim(&out)?, &oh)?
+            }
+            Head::Regression => {
+                let tg = Tensor::from_vec(targets.to_vec(), (b, 1), &Device::Cpu)?;
+                candle_nn::loss::mse(&out, &tg)?
+            }
+        };
+        self.opt.backward_step(&loss)?;
+        Ok(loss.to_scalar::<f32>()?)
+    }
+
+    /// Outputs of several models at once: `xs` holds one sequence per model
+    /// (`models.len()` sequences of `t` steps). Classification heads give the argmax
+    /// class (as f32), regression heads the value.
+    pub fn predict_many(
+        models: &[&Lstm],
+        xs: Vec<f32>,
+        t: usize,
+    ) -> Result<Vec<f32>, PredictError> {
+        let Some(first) = models.first() else {
+            return Ok(Vec::new());
+        };
+        let m = models.len();
+        let x = first.input(m, 1, t, xs)?;
+        let w = if m == 1 {
+            first.own()
+        } else {
+            Self::stack(models)?
+        };
+        let out = Self::forward(&w, &x)?.reshape((m, first.outputs))?;
+        Ok(match first.head {
+            Head::Regression => out.flatten_all()?.to_vec1::<f32>()?,
+            _ => out
+                .argmax(D::Minus1)?
+                .to_vec1::<u32>()?
+                .into_iter()
+                .map(|c| c as f32)
+                .collect(),
+        })
+    }
+
+    /// The output of this model for one sequence of `t` steps.
+    pub fn predict(&self, xs: Vec<f32>, t: usize) -> Result<f32, PredictError> {
+        Ok(Self::predict_many(&[self], xs, t)?[0])
+    }
+
+    /// Whether two models can be stacked into one forward pass.
+    pub fn same_shape(&self, o: &Lstm) -> bool {
+        (self.features, self.hidden, self.outputs, self.head)
+            == (o.features, o.hidden, o.outputs, o.head)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learns_a_periodic_series() {
+        // Classes cycle 0,1,2,3,0,...; from the last 3 values (scaled) predict the next.
+        let mut m = Lstm::new(1, 16, 4, Head::CrossEntropy, 0.02, 7).unwrap();
+        let series: Vec<usize> = (0..64).map(|i| i % 4).collect();
+        let mut xs = Vec::new();
+        let mut ys = Vec::new();
+        for i in 0..series.len() - 3 {
+            xs.extend(series[i..i + 3].iter().map(|&v| v as f32 / 3.0));
+            ys.push(series[i + 3] as f32);
+        }
+        let first = m.train(&xs, 3, &ys).unwrap();
+        let mut last = first;
+        for _ in 0..150 {
+            last = m.train(&xs, 3, &ys).unwrap();
+        }
+        assert!(last < first / 4.0, "loss {first} -> {last}");
+        for i in 0..4 {
+            let x: Vec<f32> = (0..3).map(|k| ((i + k) % 4) as f32 / 3.0).collect();
+            assert_eq!(m.predict(x, 3).unwrap() as usize, (i + 3) % 4);
+        }
+    }
+
+    #[test]
+    fn regression_fits_a_constant_and_stacking_matches_single() {
+        let mut a = Lstm::new(2, 8, 1, Head::Regression, 0.05, 1).unwrap();
+        let b = Lstm::new(2, 8, 1, Head::Regression, 0.05, 2).unwrap();
+        let xs = vec![0.1f32, 0.2, 0.3, 0.4];
+        for _ in 0..200 {
+            a.train(&xs, 2, &[0.7]).unwrap();
+        }
+        assert!((a.predict(xs.clone(), 2).unwrap() - 0.7).abs() < 0.05);
+        let both = Lstm::predict_many(&[&a, &b], [xs.clone(), xs.clone()].concat(), 2).unwrap();
+        assert!((both[0] - a.predict(xs.clone(), 2).unwrap()).abs() < 1e-5);
+        assert!((both[1] - b.predict(xs, 2).unwrap()).abs() < 1e-5);
+    }
+
+    #[test]
+    fn seeded_init_is_deterministic() {
+        let a = Lstm::new(3, 4, 5, Head::SoftmaxMse, 0.01, 9).unwrap();
+        let b = Lstm::new(3, 4, 5, Head::SoftmaxMse, 0.01, 9).unwrap();
+        let x = vec![0.5f32; 6];
+        assert_eq!(a.predict(x.clone(), 2).unwrap(), b.predict(x, 2).unwrap());
+        assert_eq!(a.params(), 3 * 16 + 4 * 16 + 16 + 4 * 5 + 5);
+    }
+}

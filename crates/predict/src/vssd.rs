@@ -1,0 +1,356 @@
+//! The per-vSSD predictor: bandwidth and capacity level predictors, their duration
+//! predictors, the duration selector and provisioning, behind the [`Predictor`] trait.
+
+use clock::Nanos;
+
+use crate::config::PredictorConfig;
+use crate::duration::DurationPredictor;
+use crate::level::LevelPredictor;
+use crate::lstm::Lstm;
+use crate::provision::over_provision;
+use crate::PredictError;
+
+/// Statistics of one window of a vSSD's I/O, each as a fraction (0..=1) of the vSSD's
+/// full scale: bandwidth of its provisioned bandwidth (channels × channel bandwidth),
+/// IOPS of its IOPS ceiling, utilisation of its capacity.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WindowStats {
+    /// Highest bandwidth in the window.
+    pub bw_max: f32,
+    /// Lowest bandwidth in the window.
+    pub bw_min: f32,
+    /// Average bandwidth over the window.
+    pub bw_avg: f32,
+    /// Highest IOPS in the window.
+    pub iops_max: f32,
+    /// Lowest IOPS in the window.
+    pub iops_min: f32,
+    /// Average IOPS over the window.
+    pub iops_avg: f32,
+    /// Highest utilisation (used share of capacity) in the window.
+    pub util_max: f32,
+    /// Lowest utilisation in the window.
+    pub util_min: f32,
+    /// Average utilisation over the window.
+    pub util_avg: f32,
+}
+
+impl WindowStats {
+    /// Stats of a window where everything is constant (one sample).
+    pub fn flat(bw: f32, iops: f32, util: f32) -> Self {
+        Self {
+            bw_max: bw,
+            bw_min: bw,
+            bw_avg: bw,
+            iops_max: iops,
+            iops_min: iops,
+            iops_avg: iops,
+            util_max: util,
+            util_min: util,
+            util_avg: util,
+        }
+    }
+
+    fn bw_features(&self) -> Vec<f32> {
+        vec![
+            self.bw_max,
+            self.bw_min,
+            self.bw_avg,
+            self.iops_max,
+            self.iops_min,
+            self.iops_avg,
+        ]
+    }
+}
+
+/// The level (0..=`levels`) a fraction needs: the smallest level whose share covers it.
+pub fn level_of(frac: f32, levels: u32) -> u32 {
+    ((frac.clamp(0.0, 1.0) * levels as f32 - 1e-4)
+        .ceil()
+        .max(0.0) as u32)
+        .min(levels)
+}
+
+/// Which side of harvesting a vSSD is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// A harvest VM: predict its demand (over-provision; selector takes the longer duration).
+    Demand,
+    /// A regular VM: predict what it leaves spare (under-provision; selector takes the shorter).
+    Harvestable,
+}
+
+/// One prediction for a vSSD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prediction {
+    /// Predicted bandwidth usage in channels after provisioning (`0..=levels`).
+    pub bandwidth: u32,
+    /// Predicted capacity usage in levels (sixteenths by default) after provisioning.
+    pub capacity: u32,
+    /// Channels that can be harvested (`levels - bandwidth`; meaningful for [`Role::Harvestable`]).
+    pub spare_bandwidth: u32,
+    /// Capacity levels that can be harvested (`levels - capacity`).
+    pub spare_capacity: u32,
+    /// How long the prediction holds, after provisioning and the selector.
+    pub duration: Nanos,
+    /// False until the models have enough history; the prediction is then the
+    /// conservative one (full demand, nothing spare, zero duration).
+    pub warm: bool,
+}
+
+/// What the daemon's harvester and the fleet simulator call per vSSD.
+pub trait Predictor {
+    /// Feeds the statistics of the window ending at `now` (call once per window).
+    fn observe(&mut self, now: Nanos, w: &WindowStats) -> Result<(), PredictError>;
+    /// The current prediction of usage and its duration, as of `now`.
+    fn predict(&self, now: Nanos) -> Result<Prediction, PredictError>;
+}
+
+/// The full BlockFlex predictor of one vSSD.
+#[derive(Debug)]
+pub struct VssdPredictor {
+    cfg: PredictorConfig,
+    role: Role,
+    bw: LevelPredictor,
+    cap: LevelPredictor,
+    bw_dur: DurationPredictor,
+    cap_dur: DurationPredictor,
+    last_util: Option<f32>,
+}
+
+impl VssdPredictor {
+    /// A predictor for a vSSD on side `role`; `seed` varies the initial weights
+    /// (deterministic for a given seed).
+    pub fn new(cfg: &PredictorConfig, role: Role, seed: u64) -> Result<Self, PredictError> {
+        let s = cfg.seed ^ seed.wrapping_mul(0x9E37_79B9);
+        Ok(Self {
+            cfg: cfg.clone(),
+            role,
+            bw: LevelPredictor::new(cfg, &cfg.bandwidth, 6, s)?,
+            cap: LevelPredictor::new(cfg, &cfg.capacity, 4, s.wrapping_add(1))?,
+            bw_dur: DurationPredictor::new(cfg, s.wrapping_add(2))?,
+            cap_dur: DurationPredictor::new(cfg, s.wrapping_add(3))?,
+            last_util: None,
+        })
+    }
+
+    /// The side this predictor is on.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Bytes of model state held (weights and Adam moments of every model).
+    pub fn model_bytes(&self) -> usize {
+        self.bw.model_bytes()
+            + self.cap.model_bytes()
+            + self.bw_dur.model_bytes()
+            + self.cap_dur.model_bytes()
+    }
+
+    fn finish(
+        &self,
+        now: Nanos,
+        bw: Option<u32>,
+        cap: Option<u32>,
+        bw_d: Nanos,
+        cap_d: Nanos,
+    ) -> Prediction {
+        let l = self.cfg.levels;
+        let (Some(b), Some(c)) = (bw, cap) else {
+            return Prediction {
+                bandwidth: l,
+                capacity: l,
+                spare_bandwidth: 0,
+                spare_capacity: 0,
+                duration: 0,
+                warm: false,
+            };
+        };
+        let _ = now;
+        let r = self.cfg.ratio;
+        let (b, c) = (over_provision(b, r, l), over_provision(c, r, l));
+        let duration = match self.role {
+            Role::Demand => ((bw_d.max(cap_d) as f64) * (1.0 + r)) as Nanos,
+            Role::Harvestable => ((bw_d.min(cap_d) as f64) / (1.0 + r)) as Nanos,
+        };
+        Prediction {
+            bandwidth: b,
+            capacity: c,
+            spare_bandwidth: l - b,
+            spare_capacity: l - c,
+            duration,
+            warm: true,
+        }
+    }
+}
+
+impl Predictor for VssdPredictor {
+    fn observe(&mut self, now: Nanos, w: &WindowStats) -> Result<(), PredictError> {
+        let l = self.cfg.levels;
+        let change = self.last_util.map_or(0.0, |p| w.util_avg - p);
+        self.last_util = Some(w.util_avg);
+        let (bl, cl) = (level_of(w.bw_max, l), level_of(w.util_max, l));
+        self.bw.observe(now, w.bw_features(), bl)?;
+        self.cap
+            .observe(now, vec![w.util_max, w.util_min, w.util_avg, change], cl)?;
+        self.bw_dur.observe(now, bl)?;
+        self.cap_dur.observe(now, cl)?;
+        Ok(())
+    }
+
+    fn predict(&self, now: Nanos) -> Result<Prediction, PredictError> {
+        let (b, c) = (self.bw.predict()?, self.cap.predict()?);
+        let l = self.cfg.levels;
+        let bd = self
+            .bw_dur
+            .predict(over_provision(b.unwrap_or(l), self.cfg.ratio, l), now)?;
+        let cd = self
+            .cap_dur
+            .predict(over_provision(c.unwrap_or(l), self.cfg.ratio, l), now)?;
+        Ok(self.finish(now, b, c, bd, cd))
+    }
+}
+
+/// Predicts for many vSSDs at once: the inputs of all of them are stacked into one
+/// tensor, and so are the weights of their models, so each of the four predictors
+/// runs one forward pass for the whole batch instead of one per vSSD. Gives the same
+/// result as calling [`Predictor::predict`] on each.
+pub fn predict_batch(ps: &[&VssdPredictor], now: Nanos) -> Result<Vec<Prediction>, PredictError> {
+    let levels = |get: &dyn Fn(&VssdPredictor) -> &LevelPredictor| -> Result<Vec<Option<u32>>, PredictError> {
+        let mut idx = Vec::new();
+        let mut models: Vec<&Lstm> = Vec::new();
+        let mut xs = Vec::new();
+        for (k, p) in ps.iter().enumerate() {
+            if let Some(x) = get(p).input() {
+                if models.first().is_none_or(|m| m.same_shape(&get(p).model)) {
+                    idx.push(k);
+                    models.push(&get(p).model);
+                    xs.extend(x);
+                }
+            }
+        }
+        let mut out: Vec<Option<u32>> = vec![None; ps.len()];
+        if let Some(first) = ps.first() {
+            let t = get(first).seq_len();
+            for (k, v) in idx.iter().zip(Lstm::predict_many(&models, xs, t)?) {
+                out[*k] = Some(v as u32);
+            }
+        }
+        // Any left out for a shape mismatch (different configs) go one by one.
+        for (k, p) in ps.iter().enumerate() {
+            if out[k].is_none() {
+                out[k] = get(p).predict()?;
+            }
+        }
+        Ok(out)
+    };
+    let bws = levels(&|p| &p.bw)?;
+    let caps = levels(&|p| &p.cap)?;
+    let durs = |get: &dyn Fn(&VssdPredictor) -> &DurationPredictor,
+                lv: &[Option<u32>]|
+     -> Result<Vec<Nanos>, PredictError> {
+        let mut out = vec![0; ps.len()];
+        let mut idx = Vec::new();
+        let mut models: Vec<&Lstm> = Vec::new();
+        let mut xs = Vec::new();
+        for (k, p) in ps.iter().enumerate() {
+            let l = over_provision(lv[k].unwrap_or(p.cfg.levels), p.cfg.ratio, p.cfg.levels);
+            let d = get(p);
+            match d.ready(l, now) {
+                Some((m, x))
+                    if models.first().is_none_or(|f| f.same_shape(m))
+                        && d.history() == get(ps[0]).history() =>
+                {
+                    idx.push(k);
+                    models.push(m);
+                    xs.extend(x);
+                }
+                _ => out[k] = d.predict(l, now)?,
+            }
+        }
+        if !idx.is_empty() {
+            let h = get(ps[idx[0]]).history();
+            for (k, y) in idx.iter().zip(Lstm::predict_many(&models, xs, h)?) {
+                out[*k] = get(ps[*k]).denorm(y);
+            }
+        }
+        Ok(out)
+    };
+    let bd = durs(&|p| &p.bw_dur, &bws)?;
+    let cd = durs(&|p| &p.cap_dur, &caps)?;
+    Ok(ps
+        .iter()
+        .enumerate()
+        .map(|(k, p)| p.finish(now, bws[k], caps[k], bd[k], cd[k]))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clock::SEC;
+
+    fn feed(p: &mut VssdPredictor, n: u64, phase: u64) {
+        for i in 0..n {
+            let busy = ((i + phase) / 20).is_multiple_of(2);
+            let bw = if busy { 0.5 } else { 0.125 };
+            p.observe(i * 18 * SEC, &WindowStats::flat(bw, bw, 0.25))
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn cold_predictor_is_conservative_then_warms() {
+        let cfg = PredictorConfig::default();
+        let mut p = VssdPredictor::new(&cfg, Role::Harvestable, 1).unwrap();
+        let c = p.predict(0).unwrap();
+        assert!(!c.warm);
+        assert_eq!((c.bandwidth, c.spare_bandwidth, c.duration), (16, 0, 0));
+        feed(&mut p, 60, 0);
+        let w = p.predict(60 * 18 * SEC).unwrap();
+        assert!(w.warm);
+        assert_eq!(w.bandwidth + w.spare_bandwidth, 16);
+        assert!(p.model_bytes() > 0);
+    }
+
+    #[test]
+    fn batch_equals_one_by_one() {
+        let cfg = PredictorConfig::default();
+        let mut ps: Vec<VssdPredictor> = (0..5)
+            .map(|k| {
+                VssdPredictor::new(
+                    &cfg,
+                    if k % 2 == 0 {
+                        Role::Demand
+                    } else {
+                        Role::Harvestable
+                    },
+                    k,
+                )
+                .unwrap()
+            })
+            .collect();
+        for (k, p) in ps.iter_mut().enumerate() {
+            feed(p, 40 + 7 * k as u64, k as u64 * 3);
+        }
+        let now = 100 * 18 * SEC;
+        let refs: Vec<&VssdPredictor> = ps.iter().collect();
+        let batch = predict_batch(&refs, now).unwrap();
+        for (p, b) in ps.iter().zip(&batch) {
+            let one = p.predict(now).unwrap();
+            assert_eq!(one.bandwidth, b.bandwidth);
+            assert_eq!(one.capacity, b.capacity);
+            let (x, y) = (one.duration as f64, b.duration as f64);
+            assert!((x - y).abs() <= 1e-3 * x.max(1.0) + 1e6, "{x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn levels_round_up() {
+        assert_eq!(level_of(0.0, 16), 0);
+        assert_eq!(level_of(1.0 / 16.0, 16), 1);
+        assert_eq!(level_of(0.07, 16), 2);
+        assert_eq!(level_of(1.5, 16), 16);
+    }
+}
