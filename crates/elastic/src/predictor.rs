@@ -1,0 +1,175 @@
+//! The paper's predictor (Algorithm 2).
+//!
+//! It keeps a history of `(t, stats)` probes. When usage grows, entries older than the
+//! window are dropped (writes were at least partly flushed); when usage shrinks, the
+//! whole history is dropped (a new phase starts); when it stays put, the history keeps
+//! growing (all recent writes may still be pending). The prediction for `future`
+//! nanoseconds ahead is
+//!
+//! ```text
+//! used + (wb_max - wb_min) + max(short-term slope, linear regression) · future
+//! ```
+//!
+//! where `wb` is the cumulative bytes written: the `wb_max - wb_min` term is the
+//! written-bytes correction (everything written during the history may be new data
+//! not yet visible in `used`).
+//!
+//! Two places of the printed algorithm are read the way they must mean, not as typed:
+//! line 15 prints `future · (t_i - t_j)/(wb_i - wb_j)`, time over bytes, which we take
+//! as the short-term write rate `(wb_i - wb_j)/(t_i - t_j)` times `future`; and the
+//! regression `(a, b)` is fitted to `wb - wb_now` against `t - t_now`, so `a · future
+//! + b` is the expected growth of `wb` over the next `future`. Negative estimates
+//!   count as 0.
+
+use std::collections::VecDeque;
+
+use clock::{Nanos, SEC};
+
+use crate::volume::FsStats;
+
+/// Algorithm 2's state.
+#[derive(Debug, Clone, Default)]
+pub struct Predictor {
+    history: VecDeque<(Nanos, FsStats)>,
+    /// The newest entry before the last reset (lt, lstats), for line 19.
+    last: Option<(Nanos, FsStats)>,
+}
+
+fn rate(a: (Nanos, FsStats), b: (Nanos, FsStats)) -> f64 {
+    // bytes per second from a to b (b later)
+    let dt = b.0.saturating_sub(a.0) as f64 / SEC as f64;
+    if dt <= 0.0 {
+        return 0.0;
+    }
+    b.1.written.saturating_sub(a.1.written) as f64 / dt
+}
+
+impl Predictor {
+    /// An empty predictor.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Entries in the history.
+    pub fn history_len(&self) -> usize {
+        self.history.len()
+    }
+
+    /// PREDICT(stats, window, future) at time `now`: the expected used bytes `future`
+    /// nanoseconds from now.
+    pub fn predict(&mut self, now: Nanos, stats: FsStats, window: Nanos, future: Nanos) -> u64 {
+        if let Some(&(_, newest)) = self.history.back() {
+            if stats.used > newest.used {
+                self.history.retain(|&(t, _)| t + window >= now);
+            } else if stats.used < newest.used {
+                self.last = self.history.back().copied();
+                self.history.clear();
+            }
+        }
+        self.history.push_back((now, stats));
+        let fut = future as f64 / SEC as f64;
+        let extra = if self.history.len() > 1 {
+            let n = self.history.len();
+            let short = rate(self.history[n - 2], self.history[n - 1]) * fut;
+            short.max(self.regression(now, stats)(fut))
+        } else if let Some(l) = self.last {
+            rate(l, (now, stats)) * fut
+        } else {
+            0.0
+        };
+        let wb_min = self.history.iter().map(|e| e.1.written).min().unwrap_or(0);
+        let wb_max = self.history.iter().map(|e| e.1.written).max().unwrap_or(0);
+        stats
+            .used
+            .saturating_add(wb_max - wb_min)
+            .saturating_add(extra.max(0.0) as u64)
+    }
+
+    /// Least-squares fit of `wb - wb_now` on `t - now` (seconds); returns
+    /// `future ↦ a · future + b`.
+    fn regression(&self, now: Nanos, stats: FsStats) -> impl Fn(f64) -> f64 {
+        let pts: Vec<(f64, f64)> = self
+            .history
+            .iter()
+            .map(|&(t, s)| {
+                (
+                    -((now - t) as f64) / SEC as f64,
+                    s.written as f64 - stats.written as f64,
+                )
+            })
+            .collect();
+        let n = pts.len() as f64;
+        let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
+        let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
+        let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+        let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+        let a = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+        let b = my - a * mx;
+        move |f| a * f + b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(used: u64, written: u64) -> FsStats {
+        FsStats {
+            used,
+            written,
+            read: 0,
+        }
+    }
+
+    const M: u64 = 1 << 20;
+
+    #[test]
+    fn idle_volume_predicts_its_usage() {
+        let mut p = Predictor::new();
+        for i in 0..10 {
+            assert_eq!(
+                p.predict(i * SEC, st(100 * M, 5 * M), 10 * SEC, 12 * SEC),
+                100 * M
+            );
+        }
+    }
+
+    #[test]
+    fn steady_writes_add_correction_and_rate_times_future() {
+        let mut p = Predictor::new();
+        // 10 MiB/s written, used follows one second behind.
+        let mut last = 0;
+        for i in 0..=20u64 {
+            let used = i.saturating_sub(1) * 10 * M;
+            last = p.predict(i * SEC, st(used, i * 10 * M), 10 * SEC, 12 * SEC);
+        }
+        // history: the last 11 probes (window 10 s): wb span 100 MiB; rate 10 MiB/s × 12 s.
+        assert_eq!(p.history_len(), 11);
+        assert_eq!(last, 190 * M + 100 * M + 120 * M);
+    }
+
+    #[test]
+    fn flat_usage_keeps_history_and_drop_clears_it() {
+        let mut p = Predictor::new();
+        for i in 0..5 {
+            p.predict(i * SEC, st(50 * M, i * M), 2 * SEC, SEC);
+        }
+        // usage did not change: nothing is dropped although the window is 2 s
+        assert_eq!(p.history_len(), 5);
+        let pred = p.predict(5 * SEC, st(10 * M, 5 * M), 2 * SEC, 10 * SEC);
+        assert_eq!(p.history_len(), 1);
+        // after a reset: the rate since the last entry before it (1 MiB/s) × 10 s
+        assert_eq!(pred, 10 * M + 10 * M);
+    }
+
+    #[test]
+    fn burst_after_idle_uses_the_short_term_slope() {
+        let mut p = Predictor::new();
+        for i in 0..10 {
+            p.predict(i * SEC, st(0, 0), 100 * SEC, SEC);
+        }
+        // 100 MiB written in the last second; the regression over 11 points is lower.
+        let pred = p.predict(10 * SEC, st(0, 100 * M), 100 * SEC, 2 * SEC);
+        assert_eq!(pred, 100 * M + 200 * M);
+    }
+}

@@ -1,0 +1,455 @@
+//! A real elastic volume: btrfs over a pool of disks, each a flexssd vSSD attached
+//! through nbdfuse and a loop device (or, where those are missing, a loop device on a
+//! sparse file).
+//!
+//! Every change goes through btrfs's own online operations: `btrfs device add` to
+//! grow, `btrfs device remove` to shrink. The latter moves every extent off the disk
+//! before it returns, and fails (leaving the disk in the pool) when the data would not
+//! fit elsewhere or when it is interrupted — so a disk is detached and its vSSD
+//! deleted (which erases its flash) only after a successful remove. This module is
+//! the only place that runs those tools; the decisions are the `elastic` crate's.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clock::Nanos;
+use elastic::{DiskInfo, DiskState, FsStats, Volume};
+
+use crate::client::Client;
+
+/// Where disks come from.
+pub enum Backend {
+    /// vSSDs created through the daemon's API, exported over NBD on `socket`.
+    Vssd {
+        /// API client.
+        client: Client,
+        /// The daemon's NBD unix socket.
+        socket: String,
+    },
+    /// Sparse files in a directory (fallback without nbdfuse or a daemon).
+    Sparse,
+}
+
+/// One attached disk.
+struct Disk {
+    info: DiskInfo,
+    /// nbdfuse serving the export as `<fuse_dir>/nbd`.
+    fuse: Option<Child>,
+    fuse_dir: Option<PathBuf>,
+    /// Backing file of the loop device (the nbdfuse file or a sparse file).
+    file: PathBuf,
+    loopdev: String,
+    /// Sectors read/written seen on this loop device at attach (normally 0).
+    base: (u64, u64),
+}
+
+/// A btrfs file system mounted at `mount` over a pool of disks.
+pub struct BtrfsVolume {
+    mount: PathBuf,
+    work: PathBuf,
+    prefix: String,
+    backend: Backend,
+    disks: Vec<Disk>,
+    next_id: u32,
+    /// Bytes read/written by disks already removed (counters stay cumulative).
+    gone: (u64, u64),
+    mounted: bool,
+    /// Time each add and remove took, for the log.
+    pub log: Vec<String>,
+}
+
+/// Runs a tool; an error carries its stderr.
+pub fn sh(cmd: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {cmd}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd} {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {cmd}"))
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Why real vSSD-backed disks cannot be used here, if they cannot.
+pub fn vssd_unavailable() -> Option<String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing".into());
+    }
+    for t in ["nbdfuse", "fusermount3"] {
+        if !have(t) {
+            return Some(format!("{t} is not installed"));
+        }
+    }
+    None
+}
+
+/// Why no elastic volume can be built here at all, if it cannot.
+pub fn unavailable() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (losetup, mount, btrfs device add/remove)".into());
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        return Some("no loop devices (/dev/loop-control)".into());
+    }
+    for t in ["losetup", "mkfs.btrfs", "btrfs", "mount", "umount"] {
+        if !have(t) {
+            return Some(format!("{t} is not installed"));
+        }
+    }
+    None
+}
+
+fn loop_counters(dev: &str) -> (u64, u64) {
+    let name = dev.trim_start_matches("/dev/");
+    let Ok(s) = std::fs::read_to_string(format!("/sys/block/{name}/stat")) else {
+        return (0, 0);
+    };
+    let f: Vec<u64> = s
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // fields: reads, merged, sectors read, ms, writes, merged, sectors written, ...
+    (
+        f.get(2).copied().unwrap_or(0) * 512,
+        f.get(6).copied().unwrap_or(0) * 512,
+    )
+}
+
+impl BtrfsVolume {
+    /// A volume (no disks yet) to be mounted at `mount`; `work` holds fuse mount
+    /// points and sparse files; disks are named `<prefix>-<n>`.
+    pub fn new(mount: &Path, work: &Path, prefix: &str, backend: Backend) -> Result<Self> {
+        std::fs::create_dir_all(mount).with_context(|| format!("create {}", mount.display()))?;
+        std::fs::create_dir_all(work).with_context(|| format!("create {}", work.display()))?;
+        Ok(BtrfsVolume {
+            mount: mount.to_path_buf(),
+            work: work.to_path_buf(),
+            prefix: prefix.to_string(),
+            backend,
+            disks: vec![],
+            next_id: 0,
+            gone: (0, 0),
+            mounted: false,
+            log: vec![],
+        })
+    }
+
+    /// The mount point.
+    pub fn mount_point(&self) -> &Path {
+        &self.mount
+    }
+
+    /// "vssd" or "sparse".
+    pub fn backend_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Vssd { .. } => "vssd",
+            Backend::Sparse => "sparse",
+        }
+    }
+
+    fn attach(&mut self, bytes: u64) -> Result<Disk> {
+        self.next_id += 1;
+        let name = format!("{}-{}", self.prefix, self.next_id);
+        let mut disk = Disk {
+            info: DiskInfo {
+                name: name.clone(),
+                bytes,
+                device: None,
+                state: DiskState::Adding,
+            },
+            fuse: None,
+            fuse_dir: None,
+            file: PathBuf::new(),
+            loopdev: String::new(),
+            base: (0, 0),
+        };
+        match &self.backend {
+            Backend::Vssd { client, socket } => {
+                create_vssd(client, &name, bytes)?;
+                let fuse_dir = self.work.join(format!("fuse-{name}"));
+                std::fs::create_dir_all(&fuse_dir)?;
+                let pid = self.work.join(format!("nbdfuse-{name}.pid"));
+                let _ = std::fs::remove_file(&pid);
+                let uri = format!("nbd+unix:///{name}?socket={socket}");
+                let child = Command::new("nbdfuse")
+                    .arg("-P")
+                    .arg(&pid)
+                    .arg(&fuse_dir)
+                    .arg(&uri)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .spawn();
+                let mut child = match child {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = client.delete::<serde_json::Value>(&format!("/v1/vssds/{name}"));
+                        return Err(anyhow!("cannot run nbdfuse: {e}"));
+                    }
+                };
+                let file = fuse_dir.join("nbd");
+                let t0 = Instant::now();
+                while !(pid.exists() && file.exists()) {
+                    let dead = child.try_wait().ok().flatten().is_some();
+                    if dead || t0.elapsed() > Duration::from_secs(30) {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        let _ = sh("fusermount3", &["-u", &fuse_dir.to_string_lossy()]);
+                        let _ = client.delete::<serde_json::Value>(&format!("/v1/vssds/{name}"));
+                        bail!("nbdfuse did not serve {uri} (exited or 30 s passed)");
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                disk.fuse = Some(child);
+                disk.fuse_dir = Some(fuse_dir);
+                disk.file = file;
+            }
+            Backend::Sparse => {
+                let file = self.work.join(format!("{name}.img"));
+                let f = std::fs::File::create(&file)?;
+                f.set_len(bytes)?;
+                disk.file = file;
+            }
+        }
+        match sh(
+            "losetup",
+            &["--find", "--show", &disk.file.to_string_lossy()],
+        ) {
+            Ok(dev) => {
+                disk.base = loop_counters(&dev);
+                disk.loopdev = dev.clone();
+                disk.info.device = Some(dev);
+                Ok(disk)
+            }
+            Err(e) => {
+                self.detach(&mut disk);
+                Err(e)
+            }
+        }
+    }
+
+    /// Detaches a disk that is not (or no longer) part of the file system and
+    /// releases it: loop device, nbdfuse, then the vSSD (its flash is erased).
+    fn detach(&mut self, d: &mut Disk) {
+        if !d.loopdev.is_empty() {
+            let (r, w) = loop_counters(&d.loopdev);
+            self.gone.0 += r.saturating_sub(d.base.0);
+            self.gone.1 += w.saturating_sub(d.base.1);
+            if let Err(e) = sh("losetup", &["-d", &d.loopdev]) {
+                eprintln!("elastic: {e}");
+            }
+            d.loopdev.clear();
+        }
+        if let Some(dir) = d.fuse_dir.take() {
+            let _ = sh("fusermount3", &["-u", &dir.to_string_lossy()]);
+            let _ = std::fs::remove_dir(&dir);
+        }
+        if let Some(mut c) = d.fuse.take() {
+            // nbdfuse exits once unmounted; make sure.
+            let t0 = Instant::now();
+            while c.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        match &self.backend {
+            Backend::Vssd { client, .. } => {
+                if let Err(e) =
+                    client.delete::<serde_json::Value>(&format!("/v1/vssds/{}", d.info.name))
+                {
+                    eprintln!("elastic: delete vSSD {}: {e:#}", d.info.name);
+                }
+            }
+            Backend::Sparse => {
+                let _ = std::fs::remove_file(&d.file);
+            }
+        }
+    }
+
+    /// Creates the file system on a first disk of `bytes` and mounts it.
+    pub fn create(&mut self, bytes: u64) -> Result<()> {
+        let mut d = self.attach(bytes)?;
+        let mk = sh(
+            "mkfs.btrfs",
+            &["-q", "-f", "-K", "-m", "single", "-d", "single", &d.loopdev],
+        )
+        .and_then(|_| {
+            sh(
+                "mount",
+                &["-o", "nodiscard", &d.loopdev, &self.mount.to_string_lossy()],
+            )
+        });
+        if let Err(e) = mk {
+            self.detach(&mut d);
+            return Err(e);
+        }
+        self.mounted = true;
+        d.info.state = DiskState::Active;
+        self.disks.push(d);
+        Ok(())
+    }
+
+    fn add(&mut self, bytes: u64) -> Result<u64> {
+        let t0 = Instant::now();
+        let mut d = self.attach(bytes)?;
+        let t_attach = t0.elapsed();
+        if let Err(e) = sh(
+            "btrfs",
+            &[
+                "device",
+                "add",
+                "-f",
+                "-K",
+                &d.loopdev,
+                &self.mount.to_string_lossy(),
+            ],
+        ) {
+            self.detach(&mut d);
+            return Err(e);
+        }
+        self.log.push(format!(
+            "add {} ({}): attach {:.2} s, total {:.2} s",
+            d.info.name,
+            d.loopdev,
+            t_attach.as_secs_f64(),
+            t0.elapsed().as_secs_f64()
+        ));
+        d.info.state = DiskState::Active;
+        self.disks.push(d);
+        Ok(self.size())
+    }
+
+    fn remove(&mut self) -> Result<u64> {
+        if self.disks.len() <= 1 {
+            bail!("the pool has one disk left; it is never removed");
+        }
+        let t0 = Instant::now();
+        let i = self.disks.len() - 1;
+        self.disks[i].info.state = DiskState::Removing;
+        let dev = self.disks[i].loopdev.clone();
+        // Blocks while btrfs moves every extent off the device; fails, leaving the
+        // device in the pool, if they do not fit or the call is interrupted.
+        if let Err(e) = sh(
+            "btrfs",
+            &["device", "remove", &dev, &self.mount.to_string_lossy()],
+        ) {
+            self.disks[i].info.state = DiskState::Active;
+            return Err(e.context(format!(
+                "removing {} failed; it stays in the pool",
+                self.disks[i].info.name
+            )));
+        }
+        let t_move = t0.elapsed();
+        let mut d = self.disks.pop().expect("checked above");
+        self.detach(&mut d);
+        self.log.push(format!(
+            "remove {} ({dev}): move {:.2} s, total {:.2} s",
+            d.info.name,
+            t_move.as_secs_f64(),
+            t0.elapsed().as_secs_f64()
+        ));
+        Ok(self.size())
+    }
+
+    /// Unmounts and releases every disk (clean shutdown).
+    pub fn teardown(&mut self) -> Result<()> {
+        if self.mounted {
+            let _ = sh("sync", &[]);
+            sh("umount", &[&self.mount.to_string_lossy()])
+                .context("unmount failed (busy?); disks left attached")?;
+            self.mounted = false;
+        }
+        while let Some(mut d) = self.disks.pop() {
+            self.detach(&mut d);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for BtrfsVolume {
+    fn drop(&mut self) {
+        if let Err(e) = self.teardown() {
+            eprintln!("elastic: {e:#}");
+        }
+    }
+}
+
+/// Creates a vSSD of exactly `bytes`: on 1, 2, 4, ... channels until the placement
+/// can hold that capacity.
+fn create_vssd(client: &Client, name: &str, bytes: u64) -> Result<()> {
+    let mut channels = 1u32;
+    loop {
+        let spec = serde_json::json!({ "name": name, "channels": channels, "capacity": bytes });
+        match client.post::<_, serde_json::Value>("/v1/vssds", &spec) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.to_string().contains("more than the") && channels < 64 => channels *= 2,
+            Err(e) => return Err(e.context(format!("create vSSD {name} of {bytes} bytes"))),
+        }
+    }
+}
+
+fn to_volume_err(e: anyhow::Error) -> elastic::Error {
+    elastic::Error::Volume(format!("{e:#}"))
+}
+
+impl Volume for BtrfsVolume {
+    fn stats(&mut self, _now: Nanos) -> elastic::Result<FsStats> {
+        let c = std::ffi::CString::new(self.mount.to_string_lossy().as_bytes())
+            .map_err(|e| elastic::Error::Volume(e.to_string()))?;
+        // SAFETY: statvfs fills the zeroed struct; c is a valid C string.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+            return Err(elastic::Error::Volume(format!(
+                "statvfs {}: {}",
+                self.mount.display(),
+                std::io::Error::last_os_error()
+            )));
+        }
+        let used = (st.f_blocks as u64).saturating_sub(st.f_bfree as u64) * st.f_frsize as u64;
+        let (mut r, mut w) = self.gone;
+        for d in &self.disks {
+            let (dr, dw) = loop_counters(&d.loopdev);
+            r += dr.saturating_sub(d.base.0);
+            w += dw.saturating_sub(d.base.1);
+        }
+        Ok(FsStats {
+            used,
+            written: w,
+            read: r,
+        })
+    }
+
+    fn add_disk(&mut self, bytes: u64, _now: Nanos) -> elastic::Result<u64> {
+        if self.disks.is_empty() {
+            self.create(bytes).map_err(to_volume_err)?;
+            return Ok(self.size());
+        }
+        self.add(bytes).map_err(to_volume_err)
+    }
+
+    fn remove_disk(&mut self, _now: Nanos) -> elastic::Result<u64> {
+        self.remove().map_err(to_volume_err)
+    }
+
+    fn disks(&self) -> Vec<DiskInfo> {
+        self.disks.iter().map(|d| d.info.clone()).collect()
+    }
+}
