@@ -258,7 +258,11 @@ impl BtrfsVolume {
             d.loopdev.clear();
         }
         if let Some(dir) = d.fuse_dir.take() {
-            let _ = sh("fusermount3", &["-u", &dir.to_string_lossy()]);
+            let d = dir.to_string_lossy();
+            if sh("fusermount3", &["-u", &d]).is_err() {
+                // nbdfuse already gone (its server died): detach lazily.
+                let _ = sh("fusermount3", &["-uz", &d]);
+            }
             let _ = std::fs::remove_dir(&dir);
         }
         if let Some(mut c) = d.fuse.take() {
