@@ -16,7 +16,12 @@
 //!   ([`CheckpointStore`]): a checkpoint records, for each mapped logical page, the
 //!   sequence number of its current content; recovery scans the OOB area, maps the
 //!   checkpointed pages, then replays every newer data page and trim record in
-//!   sequence order. Checkpoints are what let trim records be dropped.
+//!   sequence order. Checkpoints are what let trim records be dropped;
+//! * **lending** (BlockFlex harvesting): [`Vssd::lend`] empties the top blocks of
+//!   some channels and hands them out as [`Extent`]s on which a ghost vSSD (another
+//!   `Vssd`, another owner id) is built; the home never touches them until
+//!   [`Vssd::take_back`] erases them, [`Vssd::needs_reclaim`] says when it wants
+//!   them back, and `VssdConfig::lent` makes the lent state survive restarts.
 
 mod checkpoint;
 mod error;

@@ -445,6 +445,68 @@ fn every_error_case() {
     assert!(matches!(v.erase_all().unwrap_err(), FtlError::Gone(_)));
 }
 
+/// A lend that fails half-way (say, the host filled the unit while data moved)
+/// leaves nothing lent: withdrawn blocks return to allocation and GC, moved data
+/// stays readable, and the range can be lent later.
+#[test]
+fn failed_lend_is_rolled_back() {
+    let rig = Rig::new(geo());
+    let v = rig.create(rig.home_cfg(0..2, 1.0));
+    let m = MemDev::new(v.size());
+    let lbas = v.size() / PS as u64 / 4;
+    churn(&v, &m, lbas, 6);
+    let n = v.lendable()[0].1;
+    let free_before = v.stats().free_blocks;
+    {
+        let mut g = v.inner.lock();
+        let exts = v.check_lend(&g, &[0], n).unwrap();
+        let mut members = Vec::new();
+        for &(ei, x) in &exts {
+            for pu in v.pus_of_extent(ei) {
+                for k in 0..g.pus[pu].blocks.len() {
+                    let b = g.pus[pu].blocks[k];
+                    if x.contains(&v.geo, g.blocks[b as usize].id) {
+                        Vssd::withdraw(&mut g, pu, b);
+                        members.push((pu, b));
+                    }
+                }
+            }
+        }
+        // Evacuate half of them, then fail.
+        for &(pu, b) in &members[..members.len() / 2] {
+            v.evacuate(&mut g, pu, b, 0).unwrap();
+        }
+        v.restore(&mut g, &members);
+        for b in g.blocks.iter() {
+            assert!(matches!(
+                b.state,
+                BState::Free | BState::Open | BState::Closed
+            ));
+        }
+        for (pu, st) in g.pus.iter().enumerate() {
+            for &(ec, b) in &st.free {
+                let blk = &g.blocks[b as usize];
+                assert_eq!(
+                    (blk.pu as usize, blk.state, blk.erase_count),
+                    (pu, BState::Free, ec)
+                );
+                assert_eq!(rig.dev.write_ptr(blk.id), 0);
+            }
+        }
+        let free: usize = g.pus.iter().map(|p| p.free.len()).sum();
+        let free_state = g.blocks.iter().filter(|b| b.state == BState::Free).count();
+        assert_eq!(free, free_state);
+    }
+    assert!(v.lent().is_empty());
+    assert!(v.stats().free_blocks >= free_before);
+    check(&v, &m);
+    churn(&v, &m, lbas, 4);
+    check(&v, &m);
+    let ext = v.lend(&[0], v.lendable()[0].1).unwrap();
+    check(&v, &m);
+    v.take_back(&ext).unwrap();
+}
+
 /// Host I/O on another thread keeps working, and stays correct, while a lend
 /// moves data.
 #[test]
@@ -453,13 +515,16 @@ fn lend_runs_beside_host_io() {
     let v = rig.create(rig.home_cfg(0..2, 1.0));
     let m = MemDev::new(v.size());
     let lbas = v.size() / PS as u64 / 4;
-    churn(&v, &m, lbas, 4);
+    churn(&v, &m, lbas, 6);
+    let start = Arc::new(std::sync::Barrier::new(2));
     let writer = {
-        let v = v.clone();
+        let (v, start) = (v.clone(), start.clone());
         std::thread::spawn(move || {
             let mut last = HashMap::new();
-            for i in 0..2000u64 {
-                let lba = lbas + (i * 7) % lbas;
+            start.wait();
+            for i in 0..4000u64 {
+                // Overwrites only, so the valid data (and what is lendable) stays put.
+                let lba = (i * 7) % lbas;
                 let p = page(lba, (i % 200) as u8 + 1);
                 v.write(lba * PS as u64, &p, false).unwrap();
                 last.insert(lba, p);
@@ -467,12 +532,42 @@ fn lend_runs_beside_host_io() {
             last
         })
     };
-    for _ in 0..5 {
-        let n = v.lendable()[0].1.min(3);
-        if n > 0 {
-            let ext = v.lend(&[0], n).unwrap();
-            v.take_back(&ext).unwrap();
+    // One block below the limit: overwrites can shift a block's worth of valid
+    // pages from one die to the other.
+    let n = v.lendable()[0].1 - 1;
+    let range = Extent {
+        channel: 0,
+        first_block: 16 - n,
+        blocks: n,
+    };
+    let live_in_range = || {
+        let g = v.inner.lock();
+        g.blocks
+            .iter()
+            .any(|b| b.valid > 0 && range.contains(&rig.g, b.id))
+    };
+    for _ in 0..50 {
+        if live_in_range() {
+            break;
         }
+        churn(&v, &m, lbas, 1);
+    }
+    assert!(live_in_range());
+    start.wait();
+    // The first lend has live data to move (as in the test above) while the
+    // writer runs; then lend and take back until it is done.
+    let mut lends = 0;
+    while lends == 0 || !writer.is_finished() {
+        let ext = match v.lend(&[0], n) {
+            Ok(ext) => ext,
+            Err(FtlError::NotLendable { .. }) if lends > 0 => continue,
+            Err(e) => panic!("{e}"),
+        };
+        if lends == 0 {
+            assert!(v.stats().lend_pages_moved > 0);
+        }
+        v.take_back(&ext).unwrap();
+        lends += 1;
     }
     for (lba, p) in writer.join().unwrap() {
         m.write(lba * PS as u64, &p, false).unwrap();
@@ -655,7 +750,7 @@ fn run(ops: Vec<Op>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
     fn home_reads_its_last_writes_across_lends(ops in proptest::collection::vec(op(100), 1..400)) {
