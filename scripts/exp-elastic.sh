@@ -1,0 +1,261 @@
+#!/usr/bin/env bash
+# Elastic storage microbenchmark (issue 6; Nicolae et al., IPDPS'14 §IV-C, Fig. 2),
+# at 1/4 of the paper's scale in space AND time, on a real btrfs volume whose disks
+# are flexssd vSSDs (nbdfuse + loop). Needs root, /dev/fuse, loop devices, nbdfuse,
+# btrfs-progs. Writes, and overwrites:
+#
+#   docs/results/elastic.md              the results page (generated: edit this script)
+#   docs/results/elastic-runs.csv        one row per run (policy, reserve, run, times, waste)
+#   docs/results/elastic-summary.csv     per policy at its smallest failure-free reserve
+#   docs/results/elastic-series-<p>.csv  run 1's probe series (t_s, used, expected, allocated, ...)
+#   docs/results/elastic-sim.csv         that series replayed by `flexssd sim elastic`
+#   docs/results/elastic-fig2b.svg       used / expected / allocated over time (Fig. 2(b) style)
+#
+# Scale (the paper's numbers / 4): files of 32 MiB written until more than 1.6 GiB,
+# sync, then every file read back while 1 GiB of them is deleted; INIT 256 MiB,
+# INC 512 MiB, prealloc 2 GiB; TMIN 0.25 s, TMAX 1.25 s, AD 2.5 s, RD 15 s, reactive
+# probe 1.25 s (--time-scale 0.25). Each run lasts RUN_S seconds from the controller's
+# start (benchmark plus cool-down; the paper's 400 s would be 100 s at 1/4 scale, RUN_S=80 keeps
+# the script near 20 minutes); waste is summed over 5-second intervals over that time.
+# For each policy the
+# reserve starts at 0 and grows by 128 MiB until 3 runs in a row are failure-free
+# (no ENOSPC, no other error), at most MAX_RESERVE_MIB; a failed run stops at once.
+#
+#   scripts/exp-elastic.sh            (RUNS=3 RUN_S=80 by default; ~20 minutes)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${BIN:-}" ]; then
+  cargo build --release -q -p flexssd
+  BIN=$PWD/target/release/flexssd
+fi
+. scripts/lib.sh
+OUT=docs/results
+mkdir -p "$OUT"
+RUNS=${RUNS:-3}
+RUN_S=${RUN_S:-80}
+MAX_RESERVE_MIB=${MAX_RESERVE_MIB:-768}
+POLICIES=${POLICIES:-"prealloc reactive-add reactive-addrm predictive"}
+SCALE=(--init 256M --increment 512M --prealloc 2G --time-scale 0.25)
+WORK=$(mktemp -d /tmp/exp-elastic.XXXXXX)
+MNT=$WORK/mnt
+cleanup() {
+  [ -n "${CTL_PID:-}" ] && kill -TERM "$CTL_PID" 2>/dev/null && wait "$CTL_PID" 2>/dev/null
+  stop_daemon
+  rm -rf "$WORK/data" "$WORK/src"
+}
+trap cleanup EXIT
+
+# 14 channels × 640 MiB (1 MiB blocks): a 256 or 512 MiB disk is one channel, the
+# 2 GiB prealloc disk four. Fast mode: flash timing is not what is measured here.
+start_daemon "$WORK" '
+[[devices]]
+name = "ssd0"
+backend = "file"
+[devices.geometry]
+channels = 14
+dies_per_channel = 1
+planes_per_die = 1
+blocks_per_plane = 640
+pages_per_block = 256
+page_size = 4096
+'
+echo "daemon at $API; work in $WORK" >&2
+mkdir -p "$WORK/src"
+head -c $((32 << 20)) /dev/urandom > "$WORK/src/block"
+
+# bench DIR: the microbenchmark; prints "seconds errors".
+bench() {
+  local dir=$1 t0 t1 n=0 err=0 total=0 limit=$((1638 << 20))
+  t0=$(date +%s.%N)
+  while [ $total -le $limit ]; do
+    if ! dd if="$WORK/src/block" of="$dir/f$n" bs=4M status=none 2>>"$WORK/bench.err"; then err=$((err + 1)); fi
+    total=$((total + (32 << 20))); n=$((n + 1))
+  done
+  sync || err=$((err + 1))
+  # read everything back; delete the first 32 files (1 GiB) as we go
+  for i in $(seq 0 $((n - 1))); do
+    cat "$dir/f$i" > /dev/null 2>>"$WORK/bench.err" || err=$((err + 1))
+    if [ "$i" -lt 32 ]; then rm -f "$dir/f$i" || err=$((err + 1)); fi
+  done
+  t1=$(date +%s.%N)
+  echo "$(echo "$t1 - $t0" | bc) $err"
+}
+
+echo "policy,reserve_mib,run,completion_s,app_errors,waste_gbh,adds,removes,peak_alloc_mib" > "$OUT/elastic-runs.csv"
+one_run() { # policy reserve_mib run
+  local p=$1 r=$2 k=$3 res csvf="$WORK/series-$1-$2-$3.csv" st="$WORK/state-$1"
+  rm -rf "$st"; : > "$WORK/bench.err"
+  "$BIN" elastic run --api "$API" --mount "$MNT" --state "$st" --csv "$csvf" --policy "$p" \
+    --reserve "${r}M" "${SCALE[@]}" --name "el-$p" --duration-s "$RUN_S" 2> "$WORK/ctl-$p-$r-$k.log" &
+  CTL_PID=$!
+  for _ in $(seq 1 600); do [ -f "$st/status.json" ] && break; sleep 0.1; done
+  sleep 2
+  res=$(bench "$MNT")
+  # a failed run is over: stop its controller now rather than at RUN_S
+  [ "${res#* }" = 0 ] || kill -TERM "$CTL_PID"
+  wait "$CTL_PID" || { echo "controller failed:" >&2; cat "$WORK/ctl-$p-$r-$k.log" >&2; exit 1; }
+  CTL_PID=
+  python3 - "$p" "$r" "$k" "$res" "$st/status.json" "$csvf" >> "$OUT/elastic-runs.csv" <<'PY'
+import csv, json, sys
+p, r, k, res, stf, csvf = sys.argv[1:]
+secs, errs = res.split()
+st = json.load(open(stf))
+rows = list(csv.DictReader(open(csvf)))
+adds = sum(1 for x in rows if x["action"] == "add")
+rms = sum(1 for x in rows if x["action"] == "remove")
+peak = max(int(x["allocated"]) for x in rows) >> 20
+print(f"{p},{r},{k},{float(secs):.2f},{errs},{st['waste_gbh']:.5f},{adds},{rms},{peak}")
+PY
+  tail -1 "$OUT/elastic-runs.csv" >&2
+  [ "$k" = 1 ] && cp "$csvf" "$WORK/first-$p-$r.csv"
+  [ "$(tail -1 "$OUT/elastic-runs.csv" | cut -d, -f5)" = 0 ]
+}
+
+for p in $POLICIES; do
+  r=0
+  while :; do
+    ok=1
+    for k in $(seq 1 "$RUNS"); do
+      if ! one_run "$p" "$r" "$k"; then ok=0; break; fi
+    done
+    if [ $ok = 1 ] || [ "$p" = prealloc ] || [ $r -ge "$MAX_RESERVE_MIB" ]; then break; fi
+    r=$((r + 128))
+  done
+  cp "$WORK/first-$p-$r.csv" "$OUT/elastic-series-$p.csv"
+  echo "$p $r" >> "$WORK/chosen"
+done
+
+# Replay each recorded series through the simulator with the same parameters; add
+# and move times measured from the real run.
+echo "policy,reserve_mib,real_waste_gbh,sim_waste_gbh,real_adds,sim_adds,real_removes,sim_removes,sim_failures,add_s,move_mibps" > "$OUT/elastic-sim.csv"
+while read -r p r; do
+  f="$OUT/elastic-series-$p.csv"
+  read -r add_s move <<<"$(python3 - "$f" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+adds = [float(x["action_s"]) for x in rows if x["action"] == "add"]
+rms = [(float(x["action_s"]), int(x["used"]) ) for x in rows if x["action"] == "remove"]
+add_s = sum(adds) / len(adds) if adds else 0.5
+# bytes moved ≈ the removed disk's share of usage; rate in MiB/s
+mv = [u / 2**20 / max(s, 0.01) * 0.3 for s, u in rms]
+print(f"{add_s:.3f} {sum(mv) / len(mv) if mv else 100:.1f}")
+PY
+)"
+  sim=$("$BIN" sim elastic --usage-trace "$f" --policy "$p" --reserve "${r}M" "${SCALE[@]}" \
+        --add-s "$add_s" --remove-s 0.2 --move-mibps "$move" --end-s "$RUN_S" --json)
+  python3 - "$p" "$r" "$f" "$add_s" "$move" "$sim" "$OUT/elastic-runs.csv" >> "$OUT/elastic-sim.csv" <<'PY'
+import csv, json, sys
+p, r, f, add_s, move, sim, runs = sys.argv[1:]
+s = json.loads(sim)["summary"]
+run1 = [x for x in csv.DictReader(open(runs)) if x["policy"] == p and x["reserve_mib"] == r and x["run"] == "1"][0]
+print(f"{p},{r},{run1['waste_gbh']},{s['waste_gbh']:.5f},{run1['adds']},{s['adds']},{run1['removes']},{s['removes']},{s['failures']},{add_s},{move}")
+PY
+done < "$WORK/chosen"
+
+DIRTY=$(git status --porcelain -- crates/elastic flexssd/src/elastic_cmd.rs flexssd/src/elastic scripts/exp-elastic.sh | head -1)
+# Figure 2(b): used (predictive run), expected and allocated of every policy.
+python3 - "$OUT" $POLICIES > "$WORK/fig.csv" <<'PY'
+import csv, sys
+out, pols = sys.argv[1], sys.argv[2:]
+print("t_s,series,gib")
+for p in pols:
+    rows = list(csv.DictReader(open(f"{out}/elastic-series-{p}.csv")))
+    t0 = float(rows[0]["t_s"])
+    for x in rows:
+        t = float(x["t_s"]) - t0
+        print(f"{t:.2f},{p} allocated,{int(x['allocated']) / 2**30:.4f}")
+        if p in ("predictive", "reactive-addrm"):
+            print(f"{t:.2f},{p} expected,{int(x['expected']) / 2**30:.4f}")
+        if p == "predictive":
+            print(f"{t:.2f},used (predictive run),{int(x['used']) / 2**30:.4f}")
+PY
+"$BIN" plot lines --csv "$WORK/fig.csv" --x t_s --y gib --series series --out "$OUT/elastic-fig2b.svg" \
+  --title "Elastic btrfs on vSSDs, 1/4-scale microbenchmark (run 1 of each policy)" \
+  --xlabel "time since controller start (s)" --ylabel "GiB"
+
+OUT=$OUT RUN_S=$RUN_S COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" python3 - <<'PY'
+import csv, os, statistics as S
+OUT, RUN_S, COMMIT = os.environ["OUT"], os.environ["RUN_S"], os.environ["COMMIT"]
+runs = list(csv.DictReader(open(f"{OUT}/elastic-runs.csv")))
+sims = {x["policy"]: x for x in csv.DictReader(open(f"{OUT}/elastic-sim.csv"))}
+POL = [p for p in ["prealloc", "reactive-add", "reactive-addrm", "predictive"] if p in sims]
+chosen = {p: sims[p]["reserve_mib"] for p in POL}
+sel = {p: [x for x in runs if x["policy"] == p and x["reserve_mib"] == chosen[p]] for p in POL}
+ok = {p: all(x["app_errors"] == "0" for x in sel[p]) for p in POL}
+mean = lambda p, k: S.mean(float(x[k]) for x in sel[p])
+rng = lambda p, k: (min(float(x[k]) for x in sel[p]), max(float(x[k]) for x in sel[p]))
+base_t = mean("prealloc", "completion_s") if "prealloc" in POL else None
+base_w = mean("prealloc", "waste_gbh") if "prealloc" in POL else None
+ra_w = mean("reactive-addrm", "waste_gbh") if "reactive-addrm" in POL else None
+PAPER = {"prealloc": ("8 GB disk", "≈0.6", "0 (baseline)"), "reactive-add": ("2 GB", "≈0.43", "<2%"),
+         "reactive-addrm": ("2 GB", "≈0.33", "<2%"), "predictive": ("0", "≈0.2 (33% < reactive-addrm, 66% < prealloc)", "<2%")}
+md = []
+P = md.append
+P("# Elastic storage: the IPDPS'14 microbenchmark on real btrfs over vSSDs")
+P("")
+P(f"Generated by `scripts/exp-elastic.sh` at commit {COMMIT}; do not edit by hand.")
+P("")
+P("Nicolae, Riteau, Keahey, *Towards Transparent Throughput Elasticity for IaaS Cloud Storage* "
+  "(IPDPS'14), §IV-C: write files until the volume holds more than 6.5 GB, sync, then read everything "
+  "back while deleting 4 GB. **Here at 1/4 scale in space and time**: 32 MiB files until more than "
+  "1.6 GiB, sync, read back while deleting 1 GiB; INIT 256 MiB, INC 512 MiB, prealloc disk 2 GiB; "
+  "TMIN 0.25 s, TMAX 1.25 s, AD 2.5 s, RD 15 s, reactive probe every 1.25 s. Every disk is a flexssd "
+  "vSSD (fast mode) attached through nbdfuse and a loop device; btrfs grows with `btrfs device add` and "
+  "shrinks with `btrfs device remove`. Each run lasts "
+  f"{RUN_S} s from the controller's start (benchmark plus cool-down); waste is the paper's: "
+  "allocated minus used, summed over 5-second intervals, in GiB·hours. The reserve of each policy is "
+  "the smallest multiple of 128 MiB (from 0) with failure-free runs (no ENOSPC or other error in "
+  "the benchmark). Numbers are from one 2-core VM; the paper used a cloud testbed.")
+P("")
+P("## Results (mean over the runs at the chosen reserve; min–max in brackets)")
+P("")
+P("| policy | reserve | failure-free | completion s | overhead vs prealloc | waste GiB·h | vs prealloc | adds / removes (run mean) | paper: reserve | paper: waste GB·h | paper: overhead |")
+P("|---|---:|:-:|---:|---:|---:|---:|---:|---|---|---|")
+for p in POL:
+    t, w = mean(p, "completion_s"), mean(p, "waste_gbh")
+    tl, th = rng(p, "completion_s"); wl, wh = rng(p, "waste_gbh")
+    ov = f"{100 * (t / base_t - 1):+.1f}%" if base_t else "–"
+    vs = f"{100 * (1 - w / base_w):.0f}% less" if base_w and p != "prealloc" else "–"
+    P(f"| {p} | {chosen[p]} MiB | {'yes' if ok[p] else '**no**'} ({len(sel[p])} runs) | {t:.1f} [{tl:.1f}–{th:.1f}] | {ov} | "
+      f"{w:.4f} [{wl:.4f}–{wh:.4f}] | {vs} | {mean(p, 'adds'):.1f} / {mean(p, 'removes'):.1f} | "
+      f"{PAPER[p][0]} | {PAPER[p][1]} | {PAPER[p][2]} |")
+P("")
+P("All runs, including those of smaller reserves that failed: `elastic-runs.csv`.")
+P("")
+P("![used, expected and allocated over time](elastic-fig2b.svg)")
+P("")
+P("## Against the paper's claims")
+P("")
+claims = []
+if "predictive" in POL and "reactive-addrm" in POL:
+    pr, rr = int(chosen["predictive"]), int(chosen["reactive-addrm"])
+    claims.append(f"- Reserve: predictive needs {pr} MiB, reactive-addrm {rr} MiB, reactive-add {chosen.get('reactive-add', '–')} MiB "
+                  f"(paper: 0 against 2 GB, i.e. 512 MiB at our scale). "
+                  + ("As in the paper, prediction removes the need for a reserve." if pr == 0 and rr > 0 else
+                     "**We do not reproduce this**: " + ("predictive needs a reserve too." if pr > 0 else "the reactive policies needed no reserve here either (writes at this scale leave them time).")))
+    pw = mean("predictive", "waste_gbh")
+    red = 100 * (1 - pw / ra_w)
+    claims.append(f"- Waste: predictive {red:.0f}% less than reactive-addrm (paper 33%) and "
+                  f"{100 * (1 - pw / base_w):.0f}% less than prealloc (paper 66%)."
+                  + ("" if red >= 33 and 100 * (1 - pw / base_w) >= 66 else " **Behind the paper here.**"))
+    ov = 100 * (mean("predictive", "completion_s") / base_t - 1)
+    claims.append(f"- Overhead: predictive completes {ov:+.1f}% against prealloc (paper: under 2%)."
+                  + ("" if ov < 2 else " **Behind the paper here.**"))
+md.extend(claims)
+P("")
+P("## Simulator against the real runs")
+P("")
+P("Run 1's recorded series (used and written bytes per probe) replayed by `flexssd sim elastic` through "
+  "the same controller, with add time and move rate measured from that run. The replay cannot slow the "
+  "application down, so it is a check of the controller, not of btrfs.")
+P("")
+P("| policy | reserve | real waste | sim waste | real adds / removes | sim adds / removes | sim failures |")
+P("|---|---:|---:|---:|---:|---:|---:|")
+for p in POL:
+    s = sims[p]
+    P(f"| {p} | {s['reserve_mib']} MiB | {float(s['real_waste_gbh']):.4f} | {float(s['sim_waste_gbh']):.4f} | "
+      f"{s['real_adds']} / {s['real_removes']} | {s['sim_adds']} / {s['sim_removes']} | {s['sim_failures']} |")
+P("")
+open(f"{OUT}/elastic.md", "w").write("\n".join(md) + "\n")
+PY
+echo "wrote $OUT/elastic.md" >&2
