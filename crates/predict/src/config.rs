@@ -56,6 +56,20 @@ impl Default for LevelModelConfig {
     }
 }
 
+/// Loss of the duration sub-predictors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DurationLoss {
+    /// Mean squared error (the paper's): predicts the mean remaining time, which a
+    /// skewed run-length distribution often does not reach.
+    #[default]
+    Mse,
+    /// Pinball (quantile) loss at [`DurationConfig::quantile`]: predicts a low quantile
+    /// of the remaining time, so "lasts at least as predicted" holds about
+    /// `1 - quantile` of the time by construction.
+    Pinball,
+}
+
 /// The duration sub-predictors (one per level).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -73,6 +87,10 @@ pub struct DurationConfig {
     pub max_units: u32,
     /// Labelled samples per training step of a sub-predictor.
     pub train_samples: usize,
+    /// Training loss.
+    pub loss: DurationLoss,
+    /// Quantile of the pinball loss.
+    pub quantile: f64,
 }
 
 impl Default for DurationConfig {
@@ -84,6 +102,8 @@ impl Default for DurationConfig {
             time_unit_s: 1800.0,
             max_units: 25,
             train_samples: 32,
+            loss: DurationLoss::Mse,
+            quantile: 0.2,
         }
     }
 }
@@ -112,7 +132,8 @@ pub struct PredictorConfig {
     /// At least this many samples per training step, reaching further back when the
     /// window holds fewer (inputs with 30-minute windows).
     pub min_train_samples: usize,
-    /// Adam steps per training period.
+    /// Adam steps per training period (on the whole window's samples; the artifact
+    /// takes one step per sample, about ten per period at 18-second windows).
     pub epochs: usize,
     /// Seed of the weight initialisation.
     pub seed: u64,
@@ -132,7 +153,7 @@ impl Default for PredictorConfig {
             train_every_s: 180.0,
             train_window_s: 900.0,
             min_train_samples: 8,
-            epochs: 1,
+            epochs: 5,
             seed: 42,
             bandwidth: LevelModelConfig::bandwidth(),
             capacity: LevelModelConfig::capacity(),

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 
 use clock::{Nanos, SEC};
 
-use crate::config::PredictorConfig;
+use crate::config::{DurationLoss, PredictorConfig};
 use crate::level::secs;
 use crate::lstm::{Head, Lstm};
 use crate::PredictError;

@@ -60,7 +60,7 @@ pub mod readers;
 mod unsold;
 mod vssd;
 
-pub use config::{DurationConfig, LevelModelConfig, Loss, PredictorConfig};
+pub use config::{DurationConfig, DurationLoss, LevelModelConfig, Loss, PredictorConfig};
 pub use duration::DurationPredictor;
 pub use level::LevelPredictor;
 pub use provision::{over_provision, under_provision};

@@ -25,6 +25,8 @@ pub(crate) enum Head {
     SoftmaxMse,
     /// One linear output, trained with MSE (regression).
     Regression,
+    /// One linear output, trained with the pinball loss at `Lstm::q` (quantile regression).
+    Pinball,
 }
 
 /// One LSTM model: input `features` per time step, `hidden` units, `outputs` outputs.
@@ -33,6 +35,8 @@ pub(crate) struct Lstm {
     pub hidden: usize,
     pub outputs: usize,
     head: Head,
+    /// Quantile of the pinball head.
+    pub q: f32,
     /// `[1, F, 4H]`, `[1, H, 4H]`, `[1, 1, 4H]`, `[1, H, O]`, `[1, 1, O]`.
     vars: [Var; 5],
     opt: AdamW,
@@ -108,6 +112,7 @@ impl Lstm {
             hidden,
             outputs,
             head,
+            q: 0.5,
             vars,
             opt,
         })
@@ -200,6 +205,14 @@ impl Lstm {
                 let tg = Tensor::from_vec(targets.to_vec(), (b, 1), &Device::Cpu)?;
                 candle_nn::loss::mse(&out, &tg)?
             }
+            Head::Pinball => {
+                let tg = Tensor::from_vec(targets.to_vec(), (b, 1), &Device::Cpu)?;
+                let d = tg.sub(&out)?;
+                let q = self.q as f64;
+                d.affine(q, 0.0)?
+                    .maximum(&d.affine(q - 1.0, 0.0)?)?
+                    .mean_all()?
+            }
         };
         self.opt.backward_step(&loss)?;
         Ok(loss.to_scalar::<f32>()?)
@@ -225,7 +238,7 @@ impl Lstm {
         };
         let out = Self::forward(&w, &x)?.reshape((m, first.outputs))?;
         Ok(match first.head {
-            Head::Regression => out.flatten_all()?.to_vec1::<f32>()?,
+            Head::Regression | Head::Pinball => out.flatten_all()?.to_vec1::<f32>()?,
             _ => out
                 .argmax(D::Minus1)?
                 .to_vec1::<u32>()?
@@ -244,6 +257,7 @@ impl Lstm {
     pub fn same_shape(&self, o: &Lstm) -> bool {
         (self.features, self.hidden, self.outputs, self.head)
             == (o.features, o.hidden, o.outputs, o.head)
+            && self.q == o.q
     }
 }
 
@@ -286,6 +300,21 @@ mod tests {
         let both = Lstm::predict_many(&[&a, &b], [xs.clone(), xs.clone()].concat(), 2).unwrap();
         assert!((both[0] - a.predict(xs.clone(), 2).unwrap()).abs() < 1e-5);
         assert!((both[1] - b.predict(xs, 2).unwrap()).abs() < 1e-5);
+    }
+
+    #[test]
+    fn pinball_predicts_a_low_quantile() {
+        // Targets 0.1..=1.0 for the same input: the 20% quantile is about 0.2-0.3,
+        // the MSE fit about 0.55.
+        let mut m = Lstm::new(1, 8, 1, Head::Pinball, 0.05, 4).unwrap();
+        m.q = 0.2;
+        let ys: Vec<f32> = (1..=10).map(|k| k as f32 / 10.0).collect();
+        let xs = vec![0.5f32; 10 * 2];
+        for _ in 0..300 {
+            m.train(&xs, 2, &ys).unwrap();
+        }
+        let p = m.predict(vec![0.5, 0.5], 2).unwrap();
+        assert!((0.1..0.35).contains(&p), "{p}");
     }
 
     #[test]
