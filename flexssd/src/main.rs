@@ -11,6 +11,7 @@ mod metrics;
 mod plot;
 mod serve;
 mod sim_cache;
+mod sim_harvest;
 mod sim_predict;
 mod sim_sla;
 mod sla_cmd;
@@ -74,6 +75,8 @@ enum SimCmd {
     Cache(sim_cache::CacheArgs),
     /// SLA-aware placement of tenant curves on storage units (Regulator §6.1).
     SlaPlacement(sim_sla::PlacementArgs),
+    /// BlockFlex fleet harvesting (§5.2): harvest tenants against regular and unsold SSDs.
+    Harvest(sim_harvest::HarvestArgs),
     /// Accuracy of the BlockFlex predictors on real inputs (Figure 14).
     Predict(sim_predict::PredictArgs),
 }
@@ -210,6 +213,7 @@ fn main() -> ExitCode {
         Command::Plot(p) => plot::run(p),
         Command::Sim(SimCmd::Cache(a)) => sim_cache::run(a),
         Command::Sim(SimCmd::SlaPlacement(a)) => sim_sla::run(a),
+        Command::Sim(SimCmd::Harvest(a)) => sim_harvest::run(a),
         Command::Sim(SimCmd::Predict(a)) => sim_predict::run(a),
         Command::Trace(t) => trace_cmd::run(t),
         Command::Sla(a) => sla_cmd::run(a, &api_url(&a.client)),

@@ -162,8 +162,9 @@ pub fn mean_vm_lifetime_steps() -> f64 {
 }
 
 /// Sold channels per unsold-pool server and step, from the Azure arrivals placed on
-/// `hosts` 16-channel servers (first fit from a random server; a VM that fits
-/// nowhere is turned away and counted), each VM staying for a synthetic lifetime.
+/// `hosts` 16-channel servers (first fit from server 0, i.e. packing, as cloud
+/// allocators do to keep whole servers free; a VM that fits nowhere is turned away
+/// and counted), each VM staying for a synthetic lifetime.
 /// Arrivals are thinned with probability `keep` (the public excerpt is a whole
 /// region; this sets the load of our smaller pool). Returns the per-host series for
 /// steps `from..from + n` (host-major) and the number of VMs turned away.
@@ -190,10 +191,7 @@ pub fn unsold_occupancy(
                 if rng.next_f64() >= keep || hosts == 0 {
                     continue;
                 }
-                let start = (rng.next_u64() % hosts as u64) as usize;
-                let found = (0..hosts)
-                    .map(|i| (start + i) % hosts)
-                    .find(|&h| free[h] >= c);
+                let found = free.iter().position(|&f| f >= c);
                 match found {
                     Some(h) => {
                         free[h] -= c;

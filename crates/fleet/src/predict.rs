@@ -113,6 +113,9 @@ impl Usage {
 /// The simulator's step, for converting steps to time.
 const STEP: Nanos = crate::STEP_S * clock::SEC;
 
+/// How long the [`Oracle`] assumes a home free at the end of the data stays free.
+const BEYOND: Nanos = 9 * 86_400 * clock::SEC;
+
 /// Perfect future knowledge (an upper bound; see the module docs).
 #[derive(Debug, Clone)]
 pub struct Oracle {
@@ -154,13 +157,17 @@ impl HarvestPredictor for Oracle {
         }
         let lim_c = v.alloc_channels - free_channels;
         let lim_b = v.alloc_blocks - free_blocks;
-        let last = (now..ch.len())
-            .find(|&s| ch[s] as u32 > lim_c || bl[s] as u64 > lim_b)
-            .unwrap_or(ch.len());
+        let lasts = match (now..ch.len()).find(|&s| ch[s] as u32 > lim_c || bl[s] as u64 > lim_b) {
+            Some(last) => (last - now) as Nanos * STEP,
+            // Free to the end of the data: assume it stays free for the longest
+            // job (8.5 days) beyond, so that jobs running past the end of the run
+            // are not refused for lack of data.
+            None => (ch.len() - now) as Nanos * STEP + BEYOND,
+        };
         Some(Prediction {
             free_blocks,
             free_channels,
-            lasts: (last - now) as Nanos * STEP,
+            lasts,
         })
     }
 }
@@ -221,8 +228,10 @@ impl HarvestPredictor for LastWindow {
 /// The unsold-capacity histogram heuristic of §4.4.1 (see the module docs).
 #[derive(Debug, Clone)]
 pub struct Histogram {
-    /// Quantile of past durations to predict (0.2: 80% of past runs lasted longer).
-    pub quantile: f64,
+    /// `None`: draw a past duration at random (the paper's rule); `Some(q)`: predict
+    /// the `q` quantile of past durations (0.2: 80% of past runs lasted longer).
+    pub quantile: Option<f64>,
+    rng: sla::rng::SplitMix64,
     /// Fewer past runs than this in a class: predict one granule.
     pub min_samples: usize,
     granule: Nanos,
@@ -240,11 +249,12 @@ pub struct Histogram {
 const MAX_RUN: usize = 2016;
 
 impl Histogram {
-    /// A histogram predictor for `homes` homes predicting the `quantile` of past
-    /// durations, at least `granule`.
-    pub fn new(homes: usize, quantile: f64, granule: Nanos) -> Self {
+    /// A histogram predictor for `homes` homes drawing past durations (at least
+    /// `granule`) with a generator seeded by `seed`.
+    pub fn new(homes: usize, granule: Nanos, seed: u64) -> Self {
         Self {
-            quantile,
+            quantile: None,
+            rng: sla::rng::SplitMix64::new(seed),
             min_samples: 20,
             granule,
             state: vec![(0, [0; 17]); homes],
@@ -253,11 +263,15 @@ impl Histogram {
         }
     }
 
-    fn quantile_steps(&self, class: usize) -> Option<usize> {
+    fn quantile_steps(&mut self, class: usize) -> Option<usize> {
         if (self.counts[class] as usize) < self.min_samples {
             return None;
         }
-        let target = (self.quantile * self.counts[class] as f64).ceil().max(1.0) as u64;
+        let q = match self.quantile {
+            Some(q) => q,
+            None => self.rng.next_f64(),
+        };
+        let target = (q * self.counts[class] as f64).ceil().max(1.0) as u64;
         let mut acc = 0u64;
         for (len, &n) in self.hist[class].iter().enumerate() {
             acc += n as u64;
@@ -356,7 +370,11 @@ mod tests {
             .predict(0, &view(&usage.channels[..10], &usage.blocks[..10]))
             .unwrap();
         assert_eq!(p.free_channels, 1);
-        assert_eq!(p.lasts, 11 * STEP, "to the end of the series");
+        assert_eq!(
+            p.lasts,
+            11 * STEP + BEYOND,
+            "to the end of the series and beyond"
+        );
     }
 
     #[test]
@@ -373,8 +391,9 @@ mod tests {
 
     #[test]
     fn histogram_learns_run_lengths() {
-        let mut h = Histogram::new(1, 0.2, 1800 * SEC);
+        let mut h = Histogram::new(1, 1800 * SEC, 1);
         h.min_samples = 2;
+        h.quantile = Some(0.2);
         // free channels alternate 4 (for 10 steps) and 0 (1 step): runs of 10.
         let mut c = Vec::new();
         for i in 0..60 {

@@ -511,9 +511,11 @@ impl Fleet {
         match kind {
             PredictorKind::Oracle => Box::new(Oracle::new(self.population(s).usage.clone(), g)),
             PredictorKind::Last => Box::new(LastWindow::default()),
-            PredictorKind::Histogram => {
-                Box::new(Histogram::new(self.population(s).homes.len(), 0.2, g))
-            }
+            PredictorKind::Histogram => Box::new(Histogram::new(
+                self.population(s).homes.len(),
+                g,
+                SplitMix64::derive(self.cfg.seed, &[4]).next_u64(),
+            )),
         }
     }
 

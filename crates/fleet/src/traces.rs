@@ -86,6 +86,11 @@ pub fn read_alibaba(text: &str, path: &Path) -> Result<Vec<MachineSeries>, Fleet
             .trim()
             .parse()
             .map_err(|_| parse_err(path, ln, format!("bad disk_io_percent {:?}", f[8])))?;
+        // The trace marks unknown samples with -1 and 101: skip them (a bin with no
+        // valid sample repeats the previous one). Anything else out of range is bad.
+        if io == -1.0 || io == 101.0 {
+            continue;
+        }
         if !(0.0..=100.0).contains(&io) {
             return Err(parse_err(
                 path,
@@ -321,6 +326,15 @@ mod tests {
         assert_eq!(e.to_string(), "a.csv:2: bad time stamp \"x\"");
         let e = read_alibaba("m_1,0,1\n", p).unwrap_err();
         assert!(e.to_string().starts_with("a.csv:1: expected 9"), "{e}");
+        let s = read_alibaba(
+            "m_1,0,1,1,,,1,1,-1\nm_1,1,1,1,,,1,1,101\nm_1,2,1,1,,,1,1,7\n",
+            p,
+        );
+        assert_eq!(
+            s.unwrap()[0].bw,
+            vec![0.07],
+            "-1 and 101 mark unknown samples"
+        );
         let e = read_alibaba("m_1,0,1,1,,,1,1,130\n", p).unwrap_err();
         assert!(e.to_string().contains("outside 0..100"), "{e}");
     }

@@ -1,0 +1,232 @@
+//! Black-box tests of `flexssd sim harvest`: a small fleet with every output on
+//! small input files, the real excerpts when they are present, determinism, and bad
+//! input (missing file, malformed line, impossible parameters).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn flexssd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flexssd"))
+        .args(["sim", "harvest"])
+        .args(args)
+        .output()
+        .expect("run flexssd")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = flexssd(args);
+    assert!(
+        out.status.success(),
+        "flexssd {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = flexssd(args);
+    assert!(!out.status.success(), "flexssd {args:?} should fail");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// Writes small cluster and azure directories (made-up values in the real
+/// formats) under `dir`; returns (cluster, azure).
+fn inputs(dir: &Path) -> (PathBuf, PathBuf) {
+    let c = dir.join("cluster");
+    let a = dir.join("azure");
+    std::fs::create_dir_all(&c).unwrap();
+    std::fs::create_dir_all(&a).unwrap();
+    let mut ali = String::new();
+    for m in 0..3 {
+        for i in 0..600u64 {
+            let io = if (i / 30 + m) % 4 == 0 {
+                55
+            } else {
+                3 + (i % 7)
+            };
+            writeln!(ali, "m_{m},{},40,90,,,1.0,1.0,{io}", 1000 + i * 60).unwrap();
+        }
+    }
+    std::fs::write(c.join("alibaba-2018-machine_usage-excerpt.csv"), ali).unwrap();
+    let mut g = String::new();
+    for i in 0..400 {
+        let d = 0.002 + 0.001 * ((i / 25) % 5) as f64;
+        writeln!(
+            g,
+            "{i},2011-05-01 00:00:00,1,{},0.5,0.1,0.001,{d}",
+            i * 600_000_000u64
+        )
+        .unwrap();
+    }
+    std::fs::write(c.join("google-2011-job617685-10min.csv"), g).unwrap();
+    std::fs::write(
+        a.join("azure-v1-flavor-map.txt"),
+        "1,0.75 a\n2,4 h\n4,8 l\n8,16 n\n16,112 d\n",
+    )
+    .unwrap();
+    let mut arr = String::new();
+    for i in 1..=1000u64 {
+        writeln!(arr, "{} a,h,|,l,n,|,a", i * 300).unwrap();
+    }
+    std::fs::write(a.join("azure-v1-vm-arrivals-train.txt"), arr).unwrap();
+    (c, a)
+}
+
+fn small<'a>(c: &'a str, a: &'a str) -> Vec<&'a str> {
+    vec![
+        "--regular",
+        "60",
+        "--harvest",
+        "600",
+        "--hours",
+        "24",
+        "--warmup-hours",
+        "6",
+        "--unsold-hosts",
+        "30",
+        "--cluster",
+        c,
+        "--azure",
+        a,
+    ]
+}
+
+#[test]
+fn small_fleet_writes_every_output() {
+    let d = tempfile::tempdir().unwrap();
+    let (c, a) = inputs(d.path());
+    let (c, a) = (c.to_str().unwrap(), a.to_str().unwrap());
+    let csv = d.path().join("f.csv");
+    let units = d.path().join("u.csv");
+    let svg = d.path().join("f.svg");
+    let mut args = small(c, a);
+    args.extend([
+        "--csv",
+        csv.to_str().unwrap(),
+        "--units-csv",
+        units.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    let table = ok(&args);
+    assert!(table.contains("SYNTHETIC"), "{table}");
+    assert!(table.contains("sold (60 homes"), "{table}");
+    assert!(table.contains("unsold (30 homes"), "{table}");
+    assert!(table.contains("early reclamations"), "{table}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    assert!(lines
+        .next()
+        .unwrap()
+        .starts_with("scenario,predictor,unit,resource,subset"));
+    // sold: vm+ssd x capacity+bandwidth x all+under60; unsold: ssd x 2 x 2
+    assert_eq!(lines.clone().count(), 8 + 4);
+    assert!(lines.all(|l| l.ends_with(",synthetic")));
+    assert_eq!(
+        std::fs::read_to_string(&units).unwrap().lines().count(),
+        1 + 60 + units_ssds(&units) + 30
+    );
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("Fig. 17"));
+
+    // Same seed, same JSON numbers; every predictor runs.
+    let mut j = small(c, a);
+    j.push("--json");
+    let one: serde_json::Value = serde_json::from_str(&ok(&j)).unwrap();
+    let two: serde_json::Value = serde_json::from_str(&ok(&j)).unwrap();
+    assert_eq!(one["scenarios"], two["scenarios"]);
+    assert_eq!(one["provenance"]["harvest_tenants_synthetic"], true);
+    let c0 = &one["scenarios"][0]["counters"];
+    assert_eq!(c0["requests"], 600);
+    assert_eq!(c0["invariant_violations"], 0);
+    j.extend(["--predictor", "oracle", "--unsold-predictor", "oracle"]);
+    let o: serde_json::Value = serde_json::from_str(&ok(&j)).unwrap();
+    assert_eq!(o["scenarios"][0]["counters"]["reclamations"], 0);
+    assert_eq!(o["scenarios"][0]["predictor"], "oracle");
+}
+
+fn units_ssds(units: &Path) -> usize {
+    std::fs::read_to_string(units)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("sold,ssd,"))
+        .count()
+}
+
+#[test]
+fn real_excerpts_run_when_present() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces");
+    if !root.join("cluster").is_dir() {
+        eprintln!("skipped: no {}", root.display());
+        return;
+    }
+    let (c, a) = (root.join("cluster"), root.join("azure"));
+    let out = ok(&[
+        "--regular",
+        "200",
+        "--harvest",
+        "3000",
+        "--hours",
+        "48",
+        "--unsold-hosts",
+        "70",
+        "--cluster",
+        c.to_str().unwrap(),
+        "--azure",
+        a.to_str().unwrap(),
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["provenance"]["real_regular"], 16);
+    for s in v["scenarios"].as_array().unwrap() {
+        assert_eq!(s["counters"]["invariant_violations"], 0);
+        let cap = &s["ssd_capacity"];
+        assert!(
+            cap["avg_after"].as_f64() >= cap["avg_before"].as_f64(),
+            "{s}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_is_named() {
+    let d = tempfile::tempdir().unwrap();
+    let (c, a) = inputs(d.path());
+    let (cs, as_) = (c.to_str().unwrap(), a.to_str().unwrap());
+
+    // Missing directory / file.
+    let e = fails(&["--cluster", "/nonexistent/cluster", "--azure", as_]);
+    assert!(
+        e.contains("/nonexistent/cluster/alibaba-2018-machine_usage-excerpt.csv"),
+        "{e}"
+    );
+    // Malformed line: file and line named.
+    let g = c.join("google-2011-job617685-10min.csv");
+    let mut text = std::fs::read_to_string(&g).unwrap();
+    text.push_str("400,2011-05-01,1,0,0.5,0.1,0.001,lots\n");
+    std::fs::write(&g, text).unwrap();
+    let e = fails(&small(cs, as_));
+    assert!(e.contains("google-2011-job617685-10min.csv:401:"), "{e}");
+    assert!(e.contains("local_disk_space"), "{e}");
+    let (c, _) = inputs(d.path());
+    let arr = a.join("azure-v1-vm-arrivals-train.txt");
+    std::fs::write(&arr, "300 a,h\n600 a,q\n").unwrap();
+    let e = fails(&small(c.to_str().unwrap(), as_));
+    assert!(
+        e.contains("azure-v1-vm-arrivals-train.txt:2: unknown flavour \"q\""),
+        "{e}"
+    );
+    let (c, a) = inputs(d.path());
+    let (cs, as_) = (c.to_str().unwrap(), a.to_str().unwrap());
+    // Impossible parameters.
+    let mut args = small(cs, as_);
+    args[5] = "0"; // --hours 0
+    assert!(fails(&args).contains("--hours"));
+    let mut args = small(cs, as_);
+    args[5] = "5000"; // more hours than the arrivals cover
+    assert!(fails(&args).contains("Azure bins"));
+    let mut args = small(cs, as_);
+    args.extend(["--predictor", "crystal-ball"]);
+    assert!(fails(&args).contains("unknown predictor"));
+}
