@@ -1,1 +1,106 @@
-fn main() {}
+//! The cost of the volume's mapping layer against a bare device (4 KiB random reads
+//! and writes on the in-memory device), and migration throughput.
+//!
+//! `cargo bench -p gvol --bench gvol -- --warm-up-time 1 --measurement-time 3`
+
+use std::sync::Arc;
+
+use blockdev::{BlockDev, MemDev};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use gvol::{GhostVolume, MigrateOptions};
+
+const MIB: u64 = 1 << 20;
+const SIZE: u64 = 64 * MIB;
+const BLK: usize = 4096;
+
+fn filled(size: u64) -> Arc<dyn BlockDev> {
+    let d = MemDev::new(size);
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut buf = vec![0u8; MIB as usize];
+    for off in (0..size).step_by(MIB as usize) {
+        for w in buf.chunks_exact_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            w.copy_from_slice(&x.to_le_bytes());
+        }
+        d.write(off, &buf, false).unwrap();
+    }
+    Arc::new(d)
+}
+
+/// A volume of `SIZE` over `nseg` equal segments on `nseg` gSSDs.
+fn volume(nseg: u64) -> GhostVolume {
+    let v = GhostVolume::new("bench", SIZE);
+    let seg = SIZE / nseg;
+    for i in 0..nseg {
+        v.attach(i * seg, seg, i, filled(seg), 0).unwrap();
+    }
+    v
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn block(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % (SIZE / BLK as u64)) * BLK as u64
+    }
+}
+
+fn io(c: &mut Criterion) {
+    let mut g = c.benchmark_group("io_4k");
+    g.throughput(Throughput::Bytes(BLK as u64));
+    let devs: Vec<(&str, Arc<dyn BlockDev>)> = vec![
+        ("bare", filled(SIZE)),
+        ("gvol_1seg", Arc::new(volume(1))),
+        ("gvol_16seg", Arc::new(volume(16))),
+    ];
+    for (name, dev) in &devs {
+        let mut rng = Rng(42);
+        let mut buf = vec![0u8; BLK];
+        g.bench_function(format!("randread/{name}"), |b| {
+            b.iter(|| dev.read(rng.block(), &mut buf).unwrap())
+        });
+        let data = vec![0xA5u8; BLK];
+        g.bench_function(format!("randwrite/{name}"), |b| {
+            b.iter(|| dev.write(rng.block(), &data, false).unwrap())
+        });
+    }
+    g.finish();
+}
+
+fn migrate(c: &mut Criterion) {
+    let mut g = c.benchmark_group("migrate");
+    const SEG: u64 = 64 * MIB;
+    g.throughput(Throughput::Bytes(SEG));
+    g.sample_size(10);
+    let src = filled(SEG);
+    for chunk in [256 * 1024, MIB, 4 * MIB] {
+        g.bench_function(format!("64MiB/chunk_{}KiB", chunk / 1024), |b| {
+            b.iter_batched(
+                || {
+                    let v = GhostVolume::new("m", SEG);
+                    v.attach(0, SEG, 1, src.clone(), 0).unwrap();
+                    (v, Arc::new(MemDev::new(SEG)) as Arc<dyn BlockDev>)
+                },
+                |(v, dst)| {
+                    let opts = MigrateOptions {
+                        chunk_bytes: chunk,
+                        deadline: None,
+                    };
+                    let mut m = v.start_migration(0, 2, dst, 0, opts).unwrap();
+                    let done = m.run().unwrap();
+                    (v, done)
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, io, migrate);
+criterion_main!(benches);

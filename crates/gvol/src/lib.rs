@@ -189,6 +189,19 @@ pub enum GvolError {
     /// The segment is being migrated; cancel or wait for the migration first.
     #[error("the segment at volume offset {0} is being migrated")]
     Migrating(u64),
+    /// Those bytes of the device already back a segment of this volume (or are the
+    /// destination of a migration): two segments must never share a block.
+    #[error("bytes [{base}, +{len}) of gSSD {gssd_id} already back the segment at {existing}")]
+    SharedBlocks {
+        /// The gSSD.
+        gssd_id: u64,
+        /// First byte asked for on the device.
+        base: u64,
+        /// Bytes asked for.
+        len: u64,
+        /// First volume byte of the segment that uses (some of) them.
+        existing: u64,
+    },
     /// The gSSD's device is too small for `base + len`.
     #[error("gSSD {gssd_id} has {size} bytes, {need} are needed (base + segment length)")]
     TooSmall {
@@ -501,6 +514,7 @@ impl GhostVolume {
                 });
             }
         }
+        check_unshared(&map, gssd_id, &dev, base, len)?;
         map.insert(
             volume_offset,
             Segment {
@@ -617,12 +631,15 @@ impl GhostVolume {
         aligned("migration chunk", opts.chunk_bytes, true)?;
         let mut map = self.inner.map.write();
         let seg = map
-            .get_mut(&volume_offset)
+            .get(&volume_offset)
             .ok_or(GvolError::NoSegment(volume_offset))?;
         if seg.mig.is_some() {
             return Err(GvolError::Migrating(volume_offset));
         }
-        check_fits(gssd_id, &*dev, base, seg.len)?;
+        let len = seg.len;
+        check_fits(gssd_id, &*dev, base, len)?;
+        check_unshared(&map, gssd_id, &dev, base, len)?;
+        let seg = map.get_mut(&volume_offset).expect("looked up above");
         let state = Arc::new(MigState {
             seg_offset: volume_offset,
             len: seg.len,
@@ -659,6 +676,32 @@ impl GhostVolume {
             offset + len
         ))
     }
+}
+
+/// Refuses `[base, base + len)` of `dev` if any segment (or migration destination)
+/// of `map` already uses some of those bytes of the same device.
+fn check_unshared(
+    map: &BTreeMap<u64, Segment>,
+    gssd_id: u64,
+    dev: &Arc<dyn BlockDev>,
+    base: u64,
+    len: u64,
+) -> Result<(), GvolError> {
+    let p = Arc::as_ptr(dev) as *const ();
+    let clash = |t: &Target, tlen: u64| {
+        Arc::as_ptr(&t.dev) as *const () == p && t.base < base + len && base < t.base + tlen
+    };
+    for (&existing, seg) in map {
+        if clash(&seg.target, seg.len) || seg.mig.as_ref().is_some_and(|m| clash(&m.new, m.len)) {
+            return Err(GvolError::SharedBlocks {
+                gssd_id,
+                base,
+                len,
+                existing,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn check_fits(gssd_id: u64, dev: &dyn BlockDev, base: u64, len: u64) -> Result<(), GvolError> {

@@ -110,6 +110,42 @@ fn attach_validates() {
 }
 
 #[test]
+fn two_segments_never_share_a_block() {
+    let v = GhostVolume::new("v", 16 * K4);
+    let d = mem(16 * K4);
+    v.attach(0, 4 * K4, 1, d.clone(), 2 * K4).unwrap();
+    let shared = |existing| GvolError::SharedBlocks {
+        gssd_id: 1,
+        base: 5 * K4,
+        len: 4 * K4,
+        existing,
+    };
+    assert_eq!(
+        v.attach(8 * K4, 4 * K4, 1, d.clone(), 5 * K4),
+        Err(shared(0))
+    );
+    // The same bytes of another device are fine; so are other bytes of this one.
+    v.attach(8 * K4, 2 * K4, 1, d.clone(), 6 * K4).unwrap();
+    v.attach(4 * K4, 2 * K4, 1, d.clone(), 0).unwrap();
+    // Nor may a migration land on bytes in use, its own segment's included.
+    assert!(matches!(
+        v.migrate(0, 1, d.clone(), 0),
+        Err(GvolError::SharedBlocks { existing: 0, .. })
+    ));
+    let m = v
+        .start_migration(4 * K4, 2, mem(4 * K4), 0, opts(K4))
+        .unwrap();
+    let dst = mem(8 * K4);
+    let m2 = v.start_migration(0, 2, dst.clone(), 0, opts(K4)).unwrap();
+    assert!(matches!(
+        v.attach(12 * K4, 4 * K4, 3, dst.clone(), 2 * K4),
+        Err(GvolError::SharedBlocks { existing: 0, .. })
+    ));
+    drop((m, m2));
+    v.attach(12 * K4, 4 * K4, 3, dst, 2 * K4).unwrap();
+}
+
+#[test]
 fn requests_spanning_segments_are_split_with_base_offsets() {
     let v = GhostVolume::new("v", 16 * K4);
     let a = mem(8 * K4);
