@@ -194,6 +194,129 @@ pub struct Config {
     /// Shared flash cache tiers, built at every start. Default: none.
     #[serde(default)]
     pub tiers: Vec<TierSpec>,
+    /// BlockFlex storage harvesting. Default: off.
+    #[serde(default)]
+    pub harvest: HarvestSettings,
+}
+
+/// `[harvest]`: BlockFlex storage harvesting (OSDI'22 §4.3, §4.5).
+///
+/// When enabled, the harvester runs every `tick_ms` on the daemon's clock: it
+/// lends the free blocks of regular vSSDs and the device's unsold channels to the
+/// gSSD pool, refreshes expiries, and takes flash back (migrating or evicting harvest
+/// volumes) when a regular tenant needs it. Until the learned predictors are wired
+/// in, what a vSSD can lend and for how long is the fixed policy below.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HarvestSettings {
+    /// Run the harvester. Default `false`.
+    pub enabled: bool,
+    /// Harvester period in milliseconds. Default 1000.
+    pub tick_ms: u64,
+    /// Capacity granule in flash blocks; 0 (default) scales the paper's 16 GB of
+    /// 1 TB to the device: 1/64 of its blocks.
+    pub chunk_blocks: u64,
+    /// Duration granule in seconds (paper: 1800).
+    pub granule_s: u64,
+    /// Expiry refresh period in seconds (paper: 900).
+    pub refresh_s: u64,
+    /// A released gSSD expiring within this many seconds is erased and returned
+    /// home instead of pooled (paper: 1800).
+    pub reclaim_horizon_s: u64,
+    /// Fixed policy: how long lent flash is predicted to stay free, seconds
+    /// (default 7200); refreshed while the home stays idle.
+    pub lend_for_s: u64,
+    /// Fixed policy: share of a regular vSSD's lendable blocks to lend (0–1,
+    /// default 0.5, so a home keeps headroom to grow before it needs them back).
+    pub lend_fraction: f64,
+    /// Harvest unsold channels (no vSSD on them). Default `true`.
+    pub unsold: bool,
+    /// Channels per gSSD made of unsold channels. Default 4.
+    pub unsold_group: u32,
+    /// Time an evicted harvest volume gets to move off, seconds. Default 300.
+    pub eviction_grace_s: u64,
+    /// Copy unit of a live migration, bytes. Default 1 MiB.
+    pub migrate_chunk_bytes: u64,
+}
+
+impl Default for HarvestSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            tick_ms: 1000,
+            chunk_blocks: 0,
+            granule_s: 1800,
+            refresh_s: 900,
+            reclaim_horizon_s: 1800,
+            lend_for_s: 7200,
+            lend_fraction: 0.5,
+            unsold: true,
+            unsold_group: 4,
+            eviction_grace_s: 300,
+            migrate_chunk_bytes: 1 << 20,
+        }
+    }
+}
+
+impl HarvestSettings {
+    fn validate(&self) -> std::result::Result<(), String> {
+        for (f, v) in [
+            ("tick_ms", self.tick_ms),
+            ("granule_s", self.granule_s),
+            ("refresh_s", self.refresh_s),
+            ("reclaim_horizon_s", self.reclaim_horizon_s),
+            ("lend_for_s", self.lend_for_s),
+            ("unsold_group", self.unsold_group as u64),
+            ("migrate_chunk_bytes", self.migrate_chunk_bytes),
+        ] {
+            if v == 0 {
+                return Err(format!("harvest.{f} must be greater than 0"));
+            }
+        }
+        if !(self.lend_fraction > 0.0 && self.lend_fraction <= 1.0) {
+            return Err(format!(
+                "harvest.lend_fraction = {} must be in (0, 1]",
+                self.lend_fraction
+            ));
+        }
+        if self.lend_for_s < self.granule_s {
+            return Err(format!(
+                "harvest.lend_for_s = {} is shorter than one duration granule (granule_s = {}): nothing could ever be lent",
+                self.lend_for_s, self.granule_s
+            ));
+        }
+        if !self.migrate_chunk_bytes.is_multiple_of(4096) {
+            return Err(format!(
+                "harvest.migrate_chunk_bytes = {} must be a multiple of 4096",
+                self.migrate_chunk_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether a vSSD's tenant buys its flash or harvests others'.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TenantRole {
+    /// Buys dedicated channels; its idle flash may be harvested.
+    #[default]
+    Regular,
+    /// May ask for harvest volumes on other tenants' idle flash.
+    Harvest,
+}
+
+impl std::str::FromStr for TenantRole {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "regular" => Ok(Self::Regular),
+            "harvest" => Ok(Self::Harvest),
+            other => Err(format!(
+                "unknown tenant role {other:?}: use regular or harvest"
+            )),
+        }
+    }
 }
 
 fn default_data_dir() -> PathBuf {
@@ -345,6 +468,9 @@ pub struct VssdSpec {
     /// SLA with the scheduler (curve, weight, burst). Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sla: Option<sched::TenantSla>,
+    /// Regular or harvest tenant. Default `regular`.
+    #[serde(default)]
+    pub role: TenantRole,
 }
 
 /// Checks that `name` can be an NBD export name: 1-64 characters of `[A-Za-z0-9._-]`.
@@ -386,6 +512,9 @@ impl Config {
     /// vSSD specs that name existing devices.
     pub fn validate(&self) -> Result<()> {
         let cfg_err = |m: String| Err(ControlError::Config(m));
+        if let Err(m) = self.harvest.validate() {
+            return cfg_err(m);
+        }
         let mut names = HashSet::new();
         for (i, d) in self.devices.iter().enumerate() {
             if !valid_name(&d.name) {

@@ -103,6 +103,35 @@ pub enum ControlError {
         /// What went wrong.
         source: flash::FlashError,
     },
+    /// No harvest volume of that name.
+    #[error("no harvest volume named {0:?}")]
+    NoSuchHarvestVolume(String),
+    /// Under-harvesting that no gSSD can cover (BlockFlex's exception): the
+    /// tenant asked for more than the pool holds now.
+    #[error("cannot harvest {wanted}: {why}")]
+    UnderHarvest {
+        /// What was asked for.
+        wanted: String,
+        /// What the pool could not give.
+        why: String,
+    },
+    /// The operation must wait for harvested flash to come back: a harvest
+    /// volume has been told to move off by a deadline.
+    #[error("{what}: its flash is lent to harvest volume {volume}, which must move off by t = {deadline_s} s; retry after that")]
+    Reclaiming {
+        /// What was attempted.
+        what: String,
+        /// The harvest volume still on the flash.
+        volume: String,
+        /// Its deadline, seconds on the daemon's clock.
+        deadline_s: u64,
+    },
+    /// The harvesting library refused an operation.
+    #[error(transparent)]
+    Harvest(#[from] harvest::HarvestError),
+    /// A harvest volume's mapping refused an operation.
+    #[error(transparent)]
+    Gvol(#[from] gvol::GvolError),
     /// A file-system operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -121,7 +150,13 @@ impl ControlError {
             InvalidName(_) | CapacityTooLarge { .. } | Invalid(_) | Config(_) => {
                 ErrorKind::BadRequest
             }
-            NoSuchVssd(_) | NoSuchDevice(_) | NoSuchTier(_) => ErrorKind::NotFound,
+            NoSuchVssd(_) | NoSuchDevice(_) | NoSuchTier(_) | NoSuchHarvestVolume(_) => {
+                ErrorKind::NotFound
+            }
+            UnderHarvest { .. } => ErrorKind::NoSpace,
+            Reclaiming { .. } => ErrorKind::Conflict,
+            Harvest(_) => ErrorKind::BadRequest,
+            Gvol(_) => ErrorKind::Internal,
             Duplicate(_) | Overlap { .. } | TierName { .. } => ErrorKind::Conflict,
             Tier(tier::TierError::Invalid(_) | tier::TierError::Cache(_)) => ErrorKind::BadRequest,
             Tier(_) => ErrorKind::Internal,

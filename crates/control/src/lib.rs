@@ -12,6 +12,8 @@
 //!   and the NBD export registry (one export per vSSD, wrapped in a stats layer);
 //! * cache tiers (`[[tiers]]`, [`TierInfo`]): tenant volumes over a slow backing
 //!   file, cached in a vSSD under a shared replacement policy (GREM, D-GREM, ...);
+//! * BlockFlex harvesting (`[harvest]`, [`GssdInfo`], [`HarvestVolumeInfo`]):
+//!   idle flash lent as gSSDs, harvest volumes over them, reclaim and migration;
 //! * [`ControlStore`]: durable records in an embedded transactional store (redb),
 //!   ordered so that a crash never leaves flash un-erased for the next tenant;
 //! * [`size`]: human sizes (`"512M"`) and block ranges (`"0..32"`).
@@ -29,11 +31,18 @@ pub use config::{
     valid_name, ApiConfig, BackendKind, Config, DeviceConfig, Mode, NbdConfig, SchedulerSettings,
     VssdSpec, DEFAULT_CONFIG,
 };
-pub use config::{TierSpec, TierVolumeSpec};
+pub use config::{HarvestSettings, TenantRole, TierSpec, TierVolumeSpec};
 pub use error::{ControlError, ErrorKind, Result};
 pub use manager::{
     channel_list, DeviceInfo, EraseCounts, HostManager, HostStats, VssdInfo, VssdSlaInfo, VssdStats,
 };
 pub use manager::{TierInfo, TierVolumeIo};
+pub use manager::{
+    GssdInfo, HarvestEvent, HarvestEventKind, HarvestRequest, HarvestStatus, HarvestVolumeInfo,
+    MigrationInfo,
+};
 pub use size::{format_size, parse_size, BlockRange, ByteSize};
-pub use store::{ControlStore, DeviceRecord, VssdRecord, VssdState};
+pub use store::{
+    ControlStore, DeviceRecord, GhostMeta, HarvestVolumeRecord, SegmentRecord, TenantKind,
+    VssdRecord, VssdState,
+};

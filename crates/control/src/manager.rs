@@ -51,6 +51,12 @@ pub struct VssdInfo {
     /// Its SLA with the scheduler, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sla: Option<sched::TenantSla>,
+    /// Regular (omitted), harvest, or a gSSD.
+    #[serde(default, skip_serializing_if = "crate::store::TenantKind::is_regular")]
+    pub kind: crate::store::TenantKind,
+    /// Blocks it lends to a gSSD.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lent: Vec<Extent>,
 }
 
 /// Counters of one vSSD: FTL statistics plus the request counters seen by its export.
@@ -139,6 +145,8 @@ struct State {
     units: BTreeMap<UnitKey, Arc<sched::Scheduler>>,
     /// Cache tiers, by name.
     tiers: BTreeMap<String, self::tier::TierEntry>,
+    /// gSSDs, their pools and harvest volumes.
+    harvest: self::harvest::HarvestState,
 }
 
 impl State {
@@ -183,6 +191,7 @@ pub struct HostManager {
     ckpt: Arc<dyn CheckpointStore>,
     lifecycle: Mutex<()>,
     state: RwLock<State>,
+    harvest_settings: crate::config::HarvestSettings,
 }
 
 impl std::fmt::Debug for HostManager {
@@ -318,7 +327,9 @@ impl HostManager {
                 vssds: BTreeMap::new(),
                 units: BTreeMap::new(),
                 tiers: BTreeMap::new(),
+                harvest: Default::default(),
             }),
+            harvest_settings: config.harvest,
         };
         for rec in mgr.store.vssds()? {
             match rec.state {
@@ -343,6 +354,7 @@ impl HostManager {
             }
             mgr.store.set_initialized()?;
         }
+        mgr.open_harvest()?;
         mgr.open_tiers(config)?;
         Ok(mgr)
     }
@@ -413,6 +425,7 @@ impl HostManager {
             extents: rec.extents.clone(),
             capacity_bytes: rec.capacity_bytes,
             gc: rec.gc,
+            lent: rec.lent.clone(),
         }
     }
 
@@ -428,6 +441,11 @@ impl HostManager {
     }
 
     fn insert_entry(&self, rec: VssdRecord, vssd: Arc<Vssd>) {
+        let mut st = self.state.write();
+        self.insert_entry_locked(&mut st, rec, vssd);
+    }
+
+    fn insert_entry_locked(&self, st: &mut State, rec: VssdRecord, vssd: Arc<Vssd>) {
         let io = Arc::new(IoStats::default());
         let inner: Arc<dyn BlockDev> = vssd.clone();
         let mut layer = StatsLayer::new(inner, io.clone());
@@ -437,8 +455,7 @@ impl HostManager {
             layer = layer.timed(self.clock.clone());
         }
         let export: Arc<dyn BlockDev> = Arc::new(Layered(layer));
-        let mut st = self.state.write();
-        let gate = self.attach_gate(&mut st, &rec);
+        let gate = self.attach_gate(st, &rec);
         st.vssds.insert(
             rec.name.clone(),
             VssdEntry {
@@ -645,8 +662,20 @@ impl HostManager {
         if let Some(sla) = &spec.sla {
             Self::check_sla(&spec.name, sla)?;
         }
-        if self.state.read().vssds.contains_key(&spec.name) {
+        if self.state.read().vssds.contains_key(&spec.name)
+            || self.state.read().is_harvest_volume(&spec.name)
+        {
             return Err(ControlError::Duplicate(spec.name.clone()));
+        }
+        if spec
+            .name
+            .strip_prefix("gssd-")
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return Err(ControlError::Invalid(format!(
+                "{:?}: names gssd-<number> are reserved for gSSDs",
+                spec.name
+            )));
         }
         if let Some(tier) = self.state.read().tier_owning(&spec.name) {
             return Err(ControlError::TierName {
@@ -654,7 +683,28 @@ impl HostManager {
                 tier: tier.to_string(),
             });
         }
-        let (drec, dev, extents) = self.place(spec)?;
+        let (drec, dev, extents) = match self.place(spec) {
+            Err(ControlError::NotEnoughChannels { device, .. })
+                if self.harvest_settings.enabled && spec.channels.is_some() =>
+            {
+                // Unsold channels lent to harvest tenants come back first.
+                let mut st = self.state.write();
+                let want = spec.channels.unwrap_or(0);
+                self.reclaim_unsold(&mut st, &device, want)?;
+                drop(st);
+                self.place(spec)?
+            }
+            Err(ControlError::Overlap { other, .. })
+                if self.harvest_settings.enabled && self.state.read().is_ghost(&other) =>
+            {
+                let mut st = self.state.write();
+                let id = st.harvest_gssd_of(&other);
+                self.reclaim_now_ids(&mut st, id.into_iter().collect(), "a regular vSSD asked for its channels")?;
+                drop(st);
+                self.place(spec)?
+            }
+            other => other?,
+        };
         let geo = drec.geometry;
         let page = geo.page_size as u64;
         let max = ftl::max_capacity(&geo, &extents);
@@ -683,6 +733,11 @@ impl HostManager {
             gc: spec.gc,
             state: VssdState::Creating,
             sla: spec.sla.clone(),
+            kind: match spec.role {
+                crate::config::TenantRole::Regular => crate::store::TenantKind::Regular,
+                crate::config::TenantRole::Harvest => crate::store::TenantKind::Harvest,
+            },
+            lent: Vec::new(),
         })?;
         let vssd = match Vssd::create(
             dev,
@@ -714,6 +769,28 @@ impl HostManager {
     /// it again after a failure finishes the job.
     pub fn delete_vssd(&self, name: &str) -> Result<()> {
         let _g = self.lifecycle.lock();
+        if self.state.read().is_ghost(name) {
+            return Err(ControlError::Invalid(format!(
+                "{name} is a gSSD: it goes back to its home when its harvest volume is released or reclaimed"
+            )));
+        }
+        if self
+            .state
+            .read()
+            .vssds
+            .values()
+            .any(|e| matches!(e.rec.kind, crate::store::TenantKind::Ghost(_)))
+        {
+            let mut st = self.state.write();
+            self.reclaim_home(&mut st, name)?;
+            let owns = st.harvest_volumes_of(name);
+            drop(st);
+            if let Some(v) = owns.first() {
+                return Err(ControlError::Invalid(format!(
+                    "{name} is the harvest tenant of volume {v}: release its harvest volumes first"
+                )));
+            }
+        }
         if let Some(tier) = self.state.read().tier_owning(name) {
             return Err(ControlError::TierName {
                 name: name.into(),
@@ -755,6 +832,8 @@ impl HostManager {
             gc: rec.gc,
             state: rec.state,
             sla: rec.sla.clone(),
+            kind: rec.kind.clone(),
+            lent: rec.lent.clone(),
         }
     }
 
@@ -764,6 +843,7 @@ impl HostManager {
             .read()
             .vssds
             .values()
+            .filter(|e| !matches!(e.rec.kind, crate::store::TenantKind::Ghost(_)))
             .map(|e| Self::info(&e.rec))
             .collect()
     }
@@ -942,8 +1022,14 @@ impl nbd::ExportRegistry for HostManager {
         if let Some(export) = self.tier_export(&st, name) {
             return Some(export);
         }
-        let active =
-            |e: &&VssdEntry| e.rec.state == VssdState::Active && !st.is_tier_cache(&e.rec.name);
+        if let Some(export) = self.harvest_export(&st, name) {
+            return Some(export);
+        }
+        let active = |e: &&VssdEntry| {
+            e.rec.state == VssdState::Active
+                && !st.is_tier_cache(&e.rec.name)
+                && !st.is_ghost(&e.rec.name)
+        };
         let e = if name.is_empty() {
             st.vssds
                 .get("default")
@@ -974,16 +1060,27 @@ impl nbd::ExportRegistry for HostManager {
         let mut out: Vec<(String, String)> = st
             .vssds
             .values()
-            .filter(|e| e.rec.state == VssdState::Active && !st.is_tier_cache(&e.rec.name))
+            .filter(|e| {
+                e.rec.state == VssdState::Active
+                    && !st.is_tier_cache(&e.rec.name)
+                    && !st.is_ghost(&e.rec.name)
+            })
             .map(|e| (e.rec.name.clone(), Self::describe(&e.rec)))
             .collect();
         out.extend(Self::tier_export_list(&st));
+        out.extend(Self::harvest_export_list(&st));
         out
     }
 }
 
 mod sla;
 pub use sla::VssdSlaInfo;
+
+mod harvest;
+pub use self::harvest::{
+    GssdInfo, HarvestEvent, HarvestEventKind, HarvestRequest, HarvestStatus, HarvestVolumeInfo,
+    MigrationInfo,
+};
 
 mod tier;
 pub use self::tier::{TierInfo, TierVolumeIo};

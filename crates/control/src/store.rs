@@ -24,8 +24,10 @@ const DEVICES: TableDefinition<&str, &str> = TableDefinition::new("devices");
 const VSSDS: TableDefinition<&str, &str> = TableDefinition::new("vssds");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const UNIT_CURVES: TableDefinition<&str, &str> = TableDefinition::new("unit_curves");
+const HVOLS: TableDefinition<&str, &str> = TableDefinition::new("harvest_volumes");
 
 const NEXT_ID: &str = "next_vssd_id";
+const NEXT_SERIAL: &str = "next_serial";
 const INITIALIZED: &str = "initialized";
 
 /// A device as recorded in the store.
@@ -75,6 +77,89 @@ pub struct VssdRecord {
     /// Its SLA with the scheduler of its channels (Regulator); `None`: no curve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sla: Option<sched::TenantSla>,
+    /// Regular, harvest, or a ghost vSSD lent to harvest tenants (BlockFlex).
+    #[serde(default, skip_serializing_if = "TenantKind::is_regular")]
+    pub kind: TenantKind,
+    /// Block ranges of its extents that it has lent to a gSSD (a regular vSSD's
+    /// free blocks, harvested); its FTL never touches them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lent: Vec<Extent>,
+}
+
+/// What a vSSD is for, in BlockFlex's terms.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum TenantKind {
+    /// A regular tenant: bought its channels; its idle flash may be harvested.
+    #[default]
+    Regular,
+    /// A harvest tenant: runs on its own channels plus whatever it harvests.
+    Harvest,
+    /// A ghost vSSD (gSSD): flash lent by a regular vSSD or unsold channels, not
+    /// exported by itself, serving a harvest volume.
+    Ghost(GhostMeta),
+}
+
+impl TenantKind {
+    /// Whether this is [`TenantKind::Regular`].
+    pub fn is_regular(&self) -> bool {
+        *self == TenantKind::Regular
+    }
+}
+
+/// The persistent part of a gSSD (paper Figure 10); the pool's view is rebuilt
+/// from it at startup.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GhostMeta {
+    /// gSSD id in the pool.
+    pub gssd: u64,
+    /// The regular vSSD that lends the blocks; `None` for unsold channels.
+    pub home: Option<String>,
+    /// Bandwidth in channels.
+    pub bandwidth: u32,
+    /// Capacity in flash blocks.
+    pub capacity_blocks: u64,
+    /// Predicted expiry (ns on the manager's clock).
+    pub expiry: u64,
+}
+
+/// One LBA range of a harvest volume and the gSSD behind it (Figure 12).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SegmentRecord {
+    /// First byte of the range in the volume.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// gSSD serving it.
+    pub gssd: u64,
+    /// Where the range starts in the gSSD.
+    pub base: u64,
+}
+
+/// A harvest volume as recorded in the store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HarvestVolumeRecord {
+    /// Volume (NBD export) name.
+    pub name: String,
+    /// Numeric tenant id in the gSSD pool; never reused.
+    pub id: u64,
+    /// The harvest tenant (its vSSD's name) that asked for it.
+    pub tenant: String,
+    /// Exported size in bytes.
+    pub size_bytes: u64,
+    /// Bandwidth asked for, in channels.
+    pub bandwidth: u32,
+    /// Until when it is needed (ns on the manager's clock).
+    pub until: u64,
+    /// Its LBA ranges and their gSSDs.
+    pub segments: Vec<SegmentRecord>,
+    /// When set: evicted (no gSSD could take its data after an early
+    /// reclamation); the tenant must move off by this time (ns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evict_by: Option<u64>,
 }
 
 /// The control store: a redb database, on disk or in memory.
@@ -124,6 +209,7 @@ impl ControlStore {
         tx.open_table(VSSDS).map_err(store_err)?;
         tx.open_table(META).map_err(store_err)?;
         tx.open_table(UNIT_CURVES).map_err(store_err)?;
+        tx.open_table(HVOLS).map_err(store_err)?;
         tx.commit().map_err(store_err)?;
         Ok(Self { db })
     }
@@ -196,6 +282,42 @@ impl ControlStore {
         };
         tx.commit().map_err(store_err)?;
         Ok(rec)
+    }
+
+    /// Every recorded harvest volume, by name.
+    pub fn harvest_volumes(&self) -> Result<Vec<HarvestVolumeRecord>> {
+        self.all(HVOLS, "harvest volume")
+    }
+
+    /// Records (or replaces) a harvest volume.
+    pub fn put_harvest_volume(&self, v: &HarvestVolumeRecord) -> Result<()> {
+        self.put(HVOLS, &v.name, &encode(v))
+    }
+
+    /// Forgets a harvest volume.
+    pub fn remove_harvest_volume(&self, name: &str) -> Result<()> {
+        let tx = self.db.begin_write().map_err(store_err)?;
+        tx.open_table(HVOLS)
+            .map_err(store_err)?
+            .remove(name)
+            .map_err(store_err)?;
+        tx.commit().map_err(store_err)
+    }
+
+    /// A fresh, never reused number (gSSD and harvest-volume ids).
+    pub fn next_serial(&self) -> Result<u64> {
+        let tx = self.db.begin_write().map_err(store_err)?;
+        let id = {
+            let mut meta = tx.open_table(META).map_err(store_err)?;
+            let id = meta
+                .get(NEXT_SERIAL)
+                .map_err(store_err)?
+                .map_or(1, |v| v.value());
+            meta.insert(NEXT_SERIAL, id + 1).map_err(store_err)?;
+            id
+        };
+        tx.commit().map_err(store_err)?;
+        Ok(id)
     }
 
     /// Forgets a vSSD record.
@@ -283,6 +405,8 @@ mod tests {
             gc: GcPolicyKind::Greedy,
             state: VssdState::Active,
             sla: None,
+            kind: Default::default(),
+            lent: Vec::new(),
         }
     }
 

@@ -345,7 +345,7 @@ impl SharedPool for ShardedPool {
             };
             let undo = |r: Option<GssdId>| {
                 if let Some(r) = r {
-                    self.shard(r).lock().unassign(r);
+                    self.shard(r).lock().unassign_any(r);
                 }
             };
             let mut shard = self.shard(id).lock();

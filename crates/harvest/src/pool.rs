@@ -253,6 +253,25 @@ impl GssdPool {
         }
     }
 
+    /// Undoes an [`GssdPool::assign`] that the caller could not complete (for
+    /// example a request that needed several gSSDs and found too few): the gSSD
+    /// goes back to the lists as it was, without the release rule, because the
+    /// tenant never used it.
+    pub fn unassign(&mut self, id: GssdId, tenant: TenantId) -> Result<(), HarvestError> {
+        let g = self.gssds.get_mut(&id).ok_or(HarvestError::UnknownGssd(id))?;
+        if g.tenant != Some(tenant) {
+            return Err(HarvestError::NotAssignedTo {
+                id,
+                tenant,
+                actual: g.tenant,
+            });
+        }
+        g.tenant = None;
+        let g = g.clone();
+        self.list_insert(&g);
+        Ok(())
+    }
+
     /// The harvest tenant is done with gSSD `id` (job end). Following
     /// [`plan_release`], the gSSD goes back to the lists, or, if it expires within
     /// the reclaim horizon, leaves the pool to be erased and returned to its home.
@@ -368,7 +387,7 @@ impl GssdPool {
 
     /// Puts an assigned gSSD back in the lists without the release rule (the sharded
     /// pool undoing a replacement it reserved for nothing). No-op if absent or free.
-    pub(crate) fn unassign(&mut self, id: GssdId) {
+    pub(crate) fn unassign_any(&mut self, id: GssdId) {
         if let Some(g) = self.gssds.get_mut(&id) {
             if g.tenant.take().is_some() {
                 let g = g.clone();
@@ -458,6 +477,24 @@ mod tests {
             bandwidth: bw,
             duration: halves * MIN30,
         }
+    }
+
+    #[test]
+    fn unassign_puts_a_gssd_back_as_it_was() {
+        let mut p = pool();
+        p.insert(g(1, 1, 2, 1, 1)).unwrap(); // expires within the reclaim horizon
+        let before = p.lists();
+        p.assign(1, 9).unwrap();
+        assert!(p.best_fit(&demand(1, 1, 1), 0).unwrap().is_none());
+        assert_eq!(
+            p.unassign(1, 8),
+            Err(HarvestError::NotAssignedTo { id: 1, tenant: 8, actual: Some(9) })
+        );
+        // Unlike release, no horizon rule: it stays in the pool.
+        p.unassign(1, 9).unwrap();
+        assert_eq!(p.lists(), before);
+        assert_eq!(p.get(1).unwrap().tenant, None);
+        assert_eq!(p.unassign(2, 9), Err(HarvestError::UnknownGssd(2)));
     }
 
     #[test]

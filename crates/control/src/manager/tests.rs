@@ -537,6 +537,8 @@ fn interrupted_create_is_undone_at_startup() {
                 gc: GcPolicyKind::Greedy,
                 state: VssdState::Creating,
                 sla: None,
+                kind: Default::default(),
+                lent: Vec::new(),
             })
             .unwrap();
     }

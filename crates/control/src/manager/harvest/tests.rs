@@ -1,0 +1,462 @@
+//! The harvester on small memory- and file-backed devices and a virtual clock:
+//! every case of the paper's Table 1, the reclaim paths, security, restarts and
+//! bad requests.
+
+use std::sync::Arc;
+
+use blockdev::BlockDev;
+use clock::{VirtualClock, SEC};
+use ftl::MemCheckpoints;
+use nbd::ExportRegistry;
+
+use super::*;
+use crate::{ByteSize, Config, ControlStore, ErrorKind, VssdSpec};
+
+/// 8 channels × 2 dies × 1 plane × 32 blocks × 32 pages × 4 KiB = 64 MiB; a
+/// chunk is 8 blocks (1/64 of 512), a channel 64 blocks (8 MiB raw).
+fn config_text(data_dir: &str, backend: &str, harvest: &str) -> String {
+    format!(
+        r#"
+        data_dir = "{data_dir}"
+        [[devices]]
+        name = "ssd0"
+        backend = "{backend}"
+        [devices.geometry]
+        channels = 8
+        dies_per_channel = 2
+        blocks_per_plane = 32
+        pages_per_block = 32
+        [harvest]
+        enabled = true
+        granule_s = 60
+        refresh_s = 30
+        reclaim_horizon_s = 60
+        lend_for_s = 600
+        eviction_grace_s = 120
+        migrate_chunk_bytes = 65536
+        {harvest}
+        "#
+    )
+}
+
+struct H {
+    m: HostManager,
+    clock: Arc<VirtualClock>,
+}
+
+fn mem(harvest: &str) -> H {
+    let clock = Arc::new(VirtualClock::new(0));
+    let cfg = Config::from_toml(&config_text("/nonexistent", "memory", harvest)).unwrap();
+    let m = HostManager::open_with(
+        &cfg,
+        clock.clone(),
+        ControlStore::memory().unwrap(),
+        Arc::new(MemCheckpoints::default()),
+    )
+    .unwrap();
+    H { m, clock }
+}
+
+fn vssd(m: &HostManager, name: &str, ch: &[u32], role: crate::config::TenantRole) {
+    m.create_vssd(&VssdSpec {
+        name: name.into(),
+        channel_ids: Some(ch.to_vec()),
+        role,
+        ..Default::default()
+    })
+    .unwrap();
+}
+
+fn regular(m: &HostManager, name: &str, ch: &[u32]) {
+    vssd(m, name, ch, crate::config::TenantRole::Regular)
+}
+
+fn harvester(m: &HostManager, name: &str, ch: &[u32]) {
+    vssd(m, name, ch, crate::config::TenantRole::Harvest)
+}
+
+fn req(name: &str, tenant: &str, mib: u64, bw: u32, secs: u64) -> HarvestRequest {
+    HarvestRequest {
+        name: name.into(),
+        tenant: tenant.into(),
+        capacity: ByteSize(mib << 20),
+        bandwidth: bw,
+        duration_s: Some(secs),
+    }
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn export(m: &HostManager, name: &str) -> Arc<dyn BlockDev> {
+    m.lookup(name).expect("exported").dev
+}
+
+fn write_all(dev: &dyn BlockDev, seed: u64) {
+    let chunk = 64 << 10;
+    let mut off = 0;
+    while off < dev.size() {
+        let n = chunk.min(dev.size() - off) as usize;
+        dev.write(off, &pattern(seed + off, n), false).unwrap();
+        off += n as u64;
+    }
+    dev.flush().unwrap();
+}
+
+fn check_all(dev: &dyn BlockDev, seed: u64) {
+    let chunk = 64 << 10;
+    let mut off = 0;
+    let mut buf = vec![0u8; chunk as usize];
+    while off < dev.size() {
+        let n = chunk.min(dev.size() - off) as usize;
+        dev.read(off, &mut buf[..n]).unwrap();
+        assert!(buf[..n] == pattern(seed + off, n)[..], "wrong data at {off}");
+        off += n as u64;
+    }
+}
+
+fn kinds(m: &HostManager) -> Vec<HarvestEventKind> {
+    m.harvest_events(0).into_iter().map(|e| e.kind).collect()
+}
+
+/// Drives ticks (on the virtual clock) until no migration is in flight.
+fn settle(h: &H) {
+    for _ in 0..10_000 {
+        h.m.harvest_tick().unwrap();
+        if h.m.harvest_status().migrations == 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    panic!("migrations did not finish");
+}
+
+#[test]
+fn unsold_channels_and_idle_free_blocks_become_gssds() {
+    let h = mem("");
+    regular(&h.m, "reg", &[0, 1]);
+    harvester(&h.m, "hv", &[2, 3]);
+    h.m.harvest_tick().unwrap();
+    let g = h.m.gssds();
+    // Channels 4-7 are unsold: one gSSD of 4 channels; "reg" is idle and lends.
+    let unsold: Vec<_> = g.iter().filter(|g| g.home.is_none()).collect();
+    assert_eq!(unsold.len(), 1, "{g:?}");
+    assert_eq!(unsold[0].channels, vec![4, 5, 6, 7]);
+    assert_eq!(unsold[0].capacity_blocks, 4 * 64);
+    let lent: Vec<_> = g.iter().filter(|g| g.home.as_deref() == Some("reg")).collect();
+    assert_eq!(lent.len(), 1, "a home lends at most one gSSD: {g:?}");
+    assert_eq!(lent[0].channels, vec![0, 1]);
+    assert!(lent[0].capacity_blocks > 0 && lent[0].capacity_blocks % 8 == 0);
+    // The home never shares a block with its gSSD.
+    let home = h.m.vssd("reg").unwrap();
+    assert_eq!(home.lent().len(), 2);
+    // Harvest tenants' vSSDs lend nothing; gSSDs are hidden from `vssd list`
+    // and from NBD.
+    assert!(g.iter().all(|g| g.home.as_deref() != Some("hv")));
+    assert!(h.m.list().iter().all(|v| !v.name.starts_with("gssd-")));
+    assert!(h.m.lookup(&g[0].vssd).is_none());
+    // A second tick creates nothing new.
+    h.m.harvest_tick().unwrap();
+    assert_eq!(h.m.gssds().len(), 2);
+    assert_eq!(kinds(&h.m), vec![HarvestEventKind::Created; 2]);
+    let s = h.m.harvest_status();
+    assert_eq!((s.gssds, s.unsold_channels), (2, 4));
+}
+
+#[test]
+fn a_volume_is_served_by_best_fit_and_released_erased() {
+    let h = mem("");
+    regular(&h.m, "reg", &[0, 1]);
+    harvester(&h.m, "hv", &[2, 3]);
+    h.m.harvest_tick().unwrap();
+    let small = h.m.gssds().into_iter().min_by_key(|g| g.capacity_blocks).unwrap();
+    // A demand the smaller gSSD covers goes there (best fit), not to the unsold one.
+    let mib = (small.capacity_bytes >> 20).max(1);
+    let v = h.m.harvest_volume_create(&req("v1", "hv", mib, 1, 120)).unwrap();
+    assert_eq!(v.segments.len(), 1);
+    assert_eq!(v.segments[0].gssd, small.id);
+    let dev = export(&h.m, "v1");
+    write_all(&*dev, 1);
+    check_all(&*dev, 1);
+    let g = h.m.gssds().into_iter().find(|g| g.id == small.id).unwrap();
+    assert_eq!((g.in_use, g.volume.as_deref(), g.tenant.as_deref()), (true, Some("v1"), Some("hv")));
+    // Job end long before expiry: the gSSD is erased and goes back to the pool.
+    h.m.harvest_volume_release("v1").unwrap();
+    assert!(h.m.lookup("v1").is_none());
+    let g = h.m.gssds().into_iter().find(|g| g.id == small.id).unwrap();
+    assert_eq!(g.state, "pool");
+    assert!(kinds(&h.m).contains(&HarvestEventKind::Pooled));
+    // The next tenant on it reads zeros only.
+    h.m.harvest_volume_create(&req("v2", "hv", mib, 1, 120)).unwrap();
+    let dev = export(&h.m, "v2");
+    let mut buf = vec![0xAAu8; dev.size() as usize];
+    dev.read(0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0), "a new tenant saw old data");
+    // Released close to its expiry: erased and returned home instead.
+    h.clock.advance(600 * SEC - 30 * SEC);
+    h.m.harvest_volume_release("v2").unwrap();
+    assert!(h.m.gssds().iter().all(|g| g.id != small.id));
+    assert!(h.m.vssd("reg").unwrap().lent().is_empty());
+}
+
+#[test]
+fn under_harvest_attaches_several_gssds_or_raises_an_exception() {
+    let h = mem("");
+    regular(&h.m, "reg", &[0, 1]);
+    harvester(&h.m, "hv", &[2, 3]);
+    h.m.harvest_tick().unwrap();
+    let total: u64 = h.m.gssds().iter().map(|g| g.capacity_bytes).sum();
+    let biggest = h.m.gssds().iter().map(|g| g.capacity_bytes).max().unwrap();
+    // More than any one gSSD, less than all: two gSSDs back one volume.
+    let want = (biggest >> 20) + 1;
+    assert!(want << 20 <= total);
+    let v = h.m.harvest_volume_create(&req("big", "hv", want, 1, 120)).unwrap();
+    assert_eq!(v.segments.len(), 2, "{v:?}");
+    let dev = export(&h.m, "big");
+    write_all(&*dev, 7);
+    check_all(&*dev, 7);
+    // Nothing left: an exception, and nothing half-taken.
+    let before = h.m.gssds();
+    let e = h.m.harvest_volume_create(&req("more", "hv", 1, 1, 120)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NoSpace, "{e}");
+    assert!(e.to_string().contains("cannot harvest"), "{e}");
+    assert_eq!(h.m.gssds(), before);
+    assert!(h.m.lookup("more").is_none());
+    assert_eq!(kinds(&h.m).last(), Some(&HarvestEventKind::Exception));
+    // Too long a demand is an exception as well (nothing lasts 2 hours).
+    h.m.harvest_volume_release("big").unwrap();
+    let e = h.m.harvest_volume_create(&req("long", "hv", 1, 1, 7200)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NoSpace);
+}
+
+/// Fills the home until its FTL wants its lent blocks back.
+fn fill_home(h: &H, name: &str) {
+    let dev = h.m.export_dev(name).unwrap();
+    let home = h.m.vssd(name).unwrap();
+    let chunk = 256 << 10;
+    let mut off = 0;
+    while !home.needs_reclaim() {
+        assert!(off < dev.size(), "the home filled up without asking for its blocks");
+        dev.write(off, &pattern(99 + off, chunk), false).unwrap();
+        off += chunk as u64;
+    }
+}
+
+#[test]
+fn early_reclamation_migrates_the_data_online() {
+    let h = mem("");
+    regular(&h.m, "reg", &[0, 1]);
+    harvester(&h.m, "hv", &[2, 3]);
+    h.m.harvest_tick().unwrap();
+    let lent = h.m.gssds().into_iter().find(|g| g.home.is_some()).unwrap();
+    let mib = (lent.capacity_bytes >> 20).max(1);
+    let v = h.m.harvest_volume_create(&req("v", "hv", mib, 1, 300)).unwrap();
+    assert_eq!(v.segments[0].gssd, lent.id);
+    let dev = export(&h.m, "v");
+    write_all(&*dev, 3);
+    // The regular tenant's usage grows: its blocks must come back.
+    fill_home(&h, "reg");
+    h.m.harvest_tick().unwrap();
+    assert!(kinds(&h.m).contains(&HarvestEventKind::MigrationStarted));
+    // The tenant keeps working during the copy.
+    dev.write(0, &pattern(3, 65536), false).unwrap();
+    settle(&h);
+    let k = kinds(&h.m);
+    assert!(k.contains(&HarvestEventKind::Migrated), "{k:?}");
+    assert!(k.contains(&HarvestEventKind::Reclaimed), "{k:?}");
+    let v = h.m.harvest_volume("v").unwrap();
+    assert_ne!(v.segments[0].gssd, lent.id);
+    assert_eq!(v.state, "active");
+    check_all(&*dev, 3);
+    // The home has its blocks back, and never sees the tenant's data.
+    assert!(h.m.vssd("reg").unwrap().lent().is_empty());
+    assert!(h.m.gssds().iter().all(|g| g.id != lent.id));
+}
+
+#[test]
+fn early_reclamation_with_nowhere_to_go_evicts_with_a_deadline() {
+    let h = mem("unsold = false");
+    regular(&h.m, "reg", &[0, 1, 2, 3, 4, 5]);
+    harvester(&h.m, "hv", &[6, 7]);
+    h.m.harvest_tick().unwrap();
+    assert_eq!(h.m.gssds().len(), 1);
+    let g = h.m.gssds().remove(0);
+    let mib = (g.capacity_bytes >> 20).max(1);
+    h.m.harvest_volume_create(&req("v", "hv", mib, 1, 300)).unwrap();
+    let dev = export(&h.m, "v");
+    write_all(&*dev, 5);
+    fill_home(&h, "reg");
+    h.m.harvest_tick().unwrap();
+    let v = h.m.harvest_volume("v").unwrap();
+    assert_eq!(v.state, "evicting");
+    assert_eq!(v.evict_by_s, Some(120));
+    assert_eq!(kinds(&h.m).last(), Some(&HarvestEventKind::Evicted));
+    // Until the deadline the data is all there.
+    h.clock.advance(100 * SEC);
+    h.m.harvest_tick().unwrap();
+    check_all(&*dev, 5);
+    // After it, the range is gone (I/O fails, nothing is silently wrong) and the
+    // home has its blocks back.
+    h.clock.advance(30 * SEC);
+    h.m.harvest_tick().unwrap();
+    assert!(kinds(&h.m).contains(&HarvestEventKind::EvictionDone));
+    let mut buf = vec![0u8; 4096];
+    dev.read(0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+    assert!(dev.write(0, &buf, false).is_err());
+    assert!(h.m.vssd("reg").unwrap().lent().is_empty());
+    h.m.harvest_volume_release("v").unwrap();
+}
+
+#[test]
+fn a_regular_vssd_gets_unsold_channels_back() {
+    let h = mem("");
+    harvester(&h.m, "hv", &[0, 1]);
+    h.m.harvest_tick().unwrap();
+    // Channels 2-7 unsold: gSSDs of channels 2-5 and 6-7.
+    let g = h.m.gssds();
+    assert_eq!(g.len(), 2, "{g:?}");
+    let four = g.iter().find(|g| g.bandwidth == 4).unwrap().clone();
+    let two = g.iter().find(|g| g.bandwidth == 2).unwrap().clone();
+    let mib = (two.capacity_bytes >> 20).max(1);
+    // The tenant's data sits on the 4-channel gSSD (best fit for 3 channels).
+    let v = h.m.harvest_volume_create(&req("v", "hv", mib, 3, 120)).unwrap();
+    assert_eq!(v.segments[0].gssd, four.id);
+    let dev = export(&h.m, "v");
+    write_all(&*dev, 11);
+    // A regular tenant buys 6 channels: the free gSSD goes at once, the used one
+    // migrates... to nowhere big enough for 3 channels, so it is evicted and the
+    // purchase waits for the deadline.
+    let e = h
+        .m
+        .create_vssd(&VssdSpec {
+            name: "buyer".into(),
+            channels: Some(6),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+    assert!(e.to_string().contains("move off by"), "{e}");
+    check_all(&*dev, 11);
+    // A smaller purchase (2 channels) is served from the free gSSD's channels.
+    h.m.create_vssd(&VssdSpec {
+        name: "small".into(),
+        channels: Some(2),
+        ..Default::default()
+    })
+    .unwrap();
+    check_all(&*dev, 11);
+}
+
+#[test]
+fn bad_requests_are_refused_and_take_nothing() {
+    let h = mem("");
+    regular(&h.m, "reg", &[0, 1]);
+    harvester(&h.m, "hv", &[2, 3]);
+    h.m.harvest_tick().unwrap();
+    let before = h.m.gssds();
+    for (r, kind, text) in [
+        (req("x", "nobody", 1, 1, 60), ErrorKind::NotFound, "nobody"),
+        (req("x", "reg", 1, 1, 60), ErrorKind::BadRequest, "not a harvest tenant"),
+        (req("x", "hv", 0, 1, 60), ErrorKind::BadRequest, "capacity"),
+        (req("x", "hv", 1, 0, 60), ErrorKind::BadRequest, "channel"),
+        (req("bad name", "hv", 1, 1, 60), ErrorKind::BadRequest, "invalid"),
+        (req("reg", "hv", 1, 1, 60), ErrorKind::Conflict, "reg"),
+        (req("x", "hv", 1, 1, 0), ErrorKind::BadRequest, "duration"),
+    ] {
+        let e = h.m.harvest_volume_create(&r).unwrap_err();
+        assert_eq!(e.kind(), kind, "{r:?}: {e}");
+        assert!(e.to_string().contains(text), "{r:?}: {e}");
+    }
+    assert_eq!(h.m.gssds(), before);
+    let e = h.m.harvest_volume_release("nope").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    // gSSD names are reserved, gSSDs cannot be deleted as vSSDs.
+    let e = h
+        .m
+        .create_vssd(&VssdSpec {
+            name: "gssd-77".into(),
+            channels: Some(1),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::BadRequest);
+    let e = h.m.delete_vssd(&before[0].vssd).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::BadRequest);
+    // Bad settings are refused at start, naming the field.
+    for (text, field) in [
+        ("tick_ms = 0", "tick_ms"),
+        ("lend_fraction = 1.5", "lend_fraction"),
+        ("lend_for_s = 10", "lend_for_s"),
+        ("migrate_chunk_bytes = 1000", "migrate_chunk_bytes"),
+        ("bogus = 1", "bogus"),
+    ] {
+        let e = Config::from_toml(&config_text("/nonexistent", "memory", text))
+            .and_then(|c| c.validate().map(|_| c))
+            .unwrap_err();
+        assert!(e.to_string().contains(field), "{text}: {e}");
+    }
+}
+
+#[test]
+fn deleting_a_home_takes_its_gssd_back_first() {
+    let h = mem("unsold = false");
+    regular(&h.m, "a", &[0, 1]);
+    regular(&h.m, "b", &[2, 3]);
+    harvester(&h.m, "hv", &[4, 5]);
+    h.m.harvest_tick().unwrap();
+    let ga = h.m.gssds().into_iter().find(|g| g.home.as_deref() == Some("a")).unwrap();
+    let mib = (ga.capacity_bytes >> 20).max(1);
+    let v = h.m.harvest_volume_create(&req("v", "hv", mib, 1, 120)).unwrap();
+    let on = v.segments[0].gssd;
+    let dev = export(&h.m, "v");
+    write_all(&*dev, 21);
+    let home = h.m.gssds().into_iter().find(|g| g.id == on).unwrap().home.unwrap();
+    // Deleting the home migrates the volume to the other home's gSSD first.
+    h.m.delete_vssd(&home).unwrap();
+    let v = h.m.harvest_volume("v").unwrap();
+    assert_ne!(v.segments[0].gssd, on);
+    check_all(&*dev, 21);
+    // A harvest tenant with volumes cannot go before them.
+    let e = h.m.delete_vssd("hv").unwrap_err();
+    assert!(e.to_string().contains("release its harvest volumes"), "{e}");
+}
+
+#[test]
+fn volumes_and_gssds_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg =
+        Config::from_toml(&config_text(dir.path().to_str().unwrap(), "file", "")).unwrap();
+    let clock = Arc::new(VirtualClock::new(0));
+    let gid;
+    {
+        let m = HostManager::open(&cfg, clock.clone()).unwrap();
+        regular(&m, "reg", &[0, 1]);
+        harvester(&m, "hv", &[2, 3]);
+        m.harvest_tick().unwrap();
+        let g = m.gssds().into_iter().find(|g| g.home.is_some()).unwrap();
+        gid = g.id;
+        let mib = (g.capacity_bytes >> 20).max(1);
+        m.harvest_volume_create(&req("v", "hv", mib, 1, 300)).unwrap();
+        write_all(&*export(&m, "v"), 31);
+        m.shutdown().unwrap();
+    }
+    let m = HostManager::open(&cfg, clock.clone()).unwrap();
+    let v = m.harvest_volume("v").unwrap();
+    assert_eq!(v.segments[0].gssd, gid);
+    check_all(&*export(&m, "v"), 31);
+    let g = m.gssds();
+    assert_eq!(g.len(), 2);
+    assert!(g.iter().any(|g| g.id == gid && g.in_use));
+    // The home still lends exactly the gSSD's blocks.
+    assert_eq!(m.vssd("reg").unwrap().lent().len(), 2);
+}
