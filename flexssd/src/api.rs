@@ -24,6 +24,13 @@
 //! | `GET /v1/tiers`, `GET /v1/tiers/{name}` | cache tiers: policy, sizes, zones, per-volume hits and misses |
 //! | `PUT /v1/tiers/{name}/policy` | change a tier's policy live (body: `{"policy": "grem"}`) |
 //! | `PUT /v1/tiers/{name}/size` | resize a tier's cache live (body: `{"size": "64M"}`) |
+//! | `GET /v1/harvest` | the harvester: settings, gSSD counts, events by kind |
+//! | `POST /v1/harvest/tick` | run one harvester period now (otherwise every `tick_ms`) |
+//! | `GET /v1/gssds` | every gSSD: shape, expiry, home, volume, state |
+//! | `GET /v1/harvest/volumes`, `GET /v1/harvest/volumes/{name}` | harvest volumes: segments, migrations, eviction deadline |
+//! | `POST /v1/harvest/volumes` | a harvest tenant asks for flash (body: [`control::HarvestRequest`]) |
+//! | `DELETE /v1/harvest/volumes/{name}` | job end: give the volume back (its gSSDs are erased) |
+//! | `GET /v1/events?since=N` | harvest events after sequence number N |
 //! | `GET /metrics` | Prometheus / OpenMetrics text |
 
 use std::net::SocketAddr;
@@ -134,6 +141,7 @@ pub fn router(mgr: Arc<HostManager>, info: Info) -> Router {
     let mut metrics = prometheus_client::registry::Registry::default();
     metrics.register_collector(Box::new(crate::metrics::HostCollector::new(mgr.clone())));
     metrics.register_collector(Box::new(crate::metrics::TierCollector::new(mgr.clone())));
+    metrics.register_collector(Box::new(crate::metrics::HarvestCollector::new(mgr.clone())));
     let state = Arc::new(AppState { mgr, info, metrics });
     Router::new()
         .route("/v1/info", get(get_info))
@@ -154,6 +162,18 @@ pub fn router(mgr: Arc<HostManager>, info: Info) -> Router {
         .route("/v1/tiers/:name", get(get_tier))
         .route("/v1/tiers/:name/policy", put(put_tier_policy))
         .route("/v1/tiers/:name/size", put(put_tier_size))
+        .route("/v1/harvest", get(harvest_status))
+        .route("/v1/harvest/tick", post(harvest_tick))
+        .route("/v1/gssds", get(list_gssds))
+        .route(
+            "/v1/harvest/volumes",
+            get(list_harvest_volumes).post(create_harvest_volume),
+        )
+        .route(
+            "/v1/harvest/volumes/:name",
+            get(get_harvest_volume).delete(release_harvest_volume),
+        )
+        .route("/v1/events", get(list_events))
         .route("/metrics", get(get_metrics))
         .fallback(not_found)
         .with_state(state)
@@ -313,6 +333,76 @@ pub struct TierPolicyBody {
 pub struct TierSizeBody {
     /// New cache size: bytes, or with a K/M/G/T suffix; a multiple of 4 KiB.
     pub size: control::ByteSize,
+}
+
+async fn harvest_status(State(st): State<Shared>) -> Json<control::HarvestStatus> {
+    Json(st.mgr.harvest_status())
+}
+
+async fn harvest_tick(State(st): State<Shared>) -> ApiResult<Json<serde_json::Value>> {
+    let n = blocking(&st, |m| {
+        if !m.harvest_settings().enabled {
+            return Err(ControlError::Invalid(
+                "the harvester is off: set [harvest] enabled = true".into(),
+            ));
+        }
+        m.harvest_tick()
+    })
+    .await?;
+    Ok(Json(serde_json::json!({ "events": n })))
+}
+
+async fn list_gssds(State(st): State<Shared>) -> Json<Vec<control::GssdInfo>> {
+    Json(st.mgr.gssds())
+}
+
+async fn list_harvest_volumes(State(st): State<Shared>) -> Json<Vec<control::HarvestVolumeInfo>> {
+    Json(st.mgr.harvest_volumes())
+}
+
+async fn get_harvest_volume(
+    State(st): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+) -> ApiResult<Json<control::HarvestVolumeInfo>> {
+    Ok(Json(st.mgr.harvest_volume(&name)?))
+}
+
+async fn create_harvest_volume(State(st): State<Shared>, b: Bytes) -> ApiResult<impl IntoResponse> {
+    let req: control::HarvestRequest = body(&b)?;
+    let info = blocking(&st, move |m| m.harvest_volume_create(&req)).await?;
+    Ok((
+        StatusCode::CREATED,
+        [(
+            header::LOCATION,
+            format!("/v1/harvest/volumes/{}", info.name),
+        )],
+        Json(info),
+    ))
+}
+
+async fn release_harvest_volume(
+    State(st): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let n = name.clone();
+    blocking(&st, move |m| m.harvest_volume_release(&n)).await?;
+    Ok(Json(serde_json::json!({ "released": name })))
+}
+
+/// `GET /v1/events?since=N`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    #[serde(default)]
+    since: u64,
+}
+
+async fn list_events(
+    State(st): State<Shared>,
+    q: Result<axum::extract::Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Vec<control::HarvestEvent>>> {
+    let q = q.map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("invalid query: {e}")))?;
+    Ok(Json(st.mgr.harvest_events(q.since)))
 }
 
 async fn list_tiers(State(st): State<Shared>) -> ApiResult<Json<Vec<control::TierInfo>>> {

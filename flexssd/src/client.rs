@@ -152,8 +152,10 @@ pub fn vssd(c: &Client, cmd: &VssdCmd) -> Result<()> {
             blocks,
             device,
             sla,
+            role,
         } => {
             let spec = VssdSpec {
+                role: *role,
                 sla: sla.to_sla()?,
                 name: name.clone(),
                 device: device.clone(),

@@ -7,6 +7,8 @@
 
 mod api;
 mod client;
+mod elastic_cmd;
+mod harvest_cmd;
 mod metrics;
 mod plot;
 mod serve;
@@ -67,6 +69,15 @@ enum Command {
     Sla(sla_cmd::SlaArgs),
     /// Shared flash cache tiers: list, show, change policy or size live.
     Tier(tier_cmd::TierArgs),
+    /// Transparent elasticity: grow and shrink a btrfs volume of vSSDs (IPDPS'14).
+    Elastic(elastic_cmd::ElasticArgs),
+    /// BlockFlex harvesting: status, harvest volumes (request, release, show).
+    Harvest(harvest_cmd::HarvestArgs),
+    /// Ghost vSSDs (gSSDs): the harvest pool.
+    Gssd(harvest_cmd::GssdArgs),
+    /// The harvester's event log: creations, harvests, expiries, reclaims,
+    /// migrations, evictions and exceptions.
+    Events(harvest_cmd::EventsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -75,10 +86,12 @@ enum SimCmd {
     Cache(sim_cache::CacheArgs),
     /// SLA-aware placement of tenant curves on storage units (Regulator §6.1).
     SlaPlacement(sim_sla::PlacementArgs),
-    /// BlockFlex fleet harvesting (§5.2): harvest tenants against regular and unsold SSDs.
-    Harvest(sim_harvest::HarvestArgs),
     /// Accuracy of the BlockFlex predictors on real inputs (Figure 14).
     Predict(sim_predict::PredictArgs),
+    /// Elastic storage: replay a used-space trace through the grow/shrink controller.
+    Elastic(elastic_cmd::SimArgs),
+    /// BlockFlex fleet simulation: harvest tenants against regular tenants (§5.2).
+    Harvest(sim_harvest::HarvestArgs),
 }
 
 /// Options of `flexssd serve`; each overrides the corresponding config setting.
@@ -147,6 +160,10 @@ enum VssdCmd {
         device: Option<String>,
         #[command(flatten)]
         sla: sla_cmd::SlaOpts,
+        /// Tenant role: regular (buys its channels; idle flash may be
+        /// harvested) or harvest (may ask for harvest volumes).
+        #[arg(long, value_name = "regular|harvest", default_value = "regular")]
+        role: control::TenantRole,
     },
     /// List vSSDs.
     List {
@@ -213,11 +230,16 @@ fn main() -> ExitCode {
         Command::Plot(p) => plot::run(p),
         Command::Sim(SimCmd::Cache(a)) => sim_cache::run(a),
         Command::Sim(SimCmd::SlaPlacement(a)) => sim_sla::run(a),
-        Command::Sim(SimCmd::Harvest(a)) => sim_harvest::run(a),
         Command::Sim(SimCmd::Predict(a)) => sim_predict::run(a),
+        Command::Sim(SimCmd::Harvest(a)) => sim_harvest::run(a),
         Command::Trace(t) => trace_cmd::run(t),
         Command::Sla(a) => sla_cmd::run(a, &api_url(&a.client)),
         Command::Tier(a) => tier_cmd::run(a, &api_url(&a.client)),
+        Command::Elastic(a) => elastic_cmd::run(a, a.api.as_deref().unwrap_or(&cli.api)),
+        Command::Sim(SimCmd::Elastic(a)) => elastic_cmd::sim(a),
+        Command::Harvest(a) => harvest_cmd::harvest(a, &api_url(&a.client)),
+        Command::Gssd(a) => harvest_cmd::gssd(a, &api_url(&a.client)),
+        Command::Events(a) => harvest_cmd::events(a, &api_url(&a.client)),
         Command::Config(ConfigCmd::Default) => {
             print!("{}", control::DEFAULT_CONFIG);
             Ok(())

@@ -15,7 +15,9 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
+mod harvest;
 mod tier;
+pub use self::harvest::HarvestCollector;
 pub use self::tier::TierCollector;
 
 /// Reads a host's vSSD and device counters at every scrape.

@@ -191,6 +191,29 @@ async fn serve(cfg: &Config, mgr: Arc<HostManager>) -> Result<()> {
             }
         });
     }
+    if cfg.harvest.enabled {
+        // The harvester: one period every tick_ms on a blocking thread (it erases
+        // and copies flash); the manager reads time only from its clock.
+        let (m, mut rx) = (mgr.clone(), stop_rx.clone());
+        let period = Duration::from_millis(cfg.harvest.tick_ms);
+        tasks.spawn(async move {
+            let mut every = tokio::time::interval(period);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = every.tick() => {}
+                    _ = rx.wait_for(|s| *s) => break,
+                }
+                let m = m.clone();
+                match tokio::task::spawn_blocking(move || m.harvest_tick()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => warn!("harvester: {e}"),
+                    Err(e) => error!("harvester panicked: {e}"),
+                }
+            }
+        });
+        info!(tick_ms = cfg.harvest.tick_ms, "harvester running");
+    }
     info!(mode = %cfg.mode, data_dir = %cfg.data_dir.display(), "flexssd running");
     info!(
         "HTTP API listening on http://{api_addr} (try: flexssd --api http://{api_addr} vssd list)"

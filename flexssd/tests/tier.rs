@@ -38,50 +38,10 @@ volumes = [{ name = "tenant-a", size = "32M" }, { name = "tenant-b", size = "32M
 
 const MIB: u64 = 1 << 20;
 
-/// One HTTP request: (status, JSON body).
-fn http(d: &Daemon, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let req = ureq::request(method, &format!("{}{path}", d.api)).timeout(Duration::from_secs(60));
-    let r = match body {
-        Some(b) => req.send_string(&b.to_string()),
-        None => req.call(),
-    };
-    let (code, text) = match r {
-        Ok(resp) => (resp.status(), resp.into_string().unwrap()),
-        Err(ureq::Error::Status(code, resp)) => (code, resp.into_string().unwrap()),
-        Err(e) => panic!("{method} {path}: {e}"),
-    };
-    (
-        code,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
 fn tier(d: &Daemon) -> Value {
     let (code, v) = http(d, "GET", "/v1/tiers/t0", None);
     assert_eq!(code, 200, "{v}");
     v
-}
-
-fn metrics(d: &Daemon) -> String {
-    d.get("/metrics").expect("GET /metrics")
-}
-
-/// The value of the metric line that starts with `prefix`.
-fn metric(text: &str, prefix: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
-fn cli_ok(d: &Daemon, args: &[&str]) -> String {
-    let out = d.cli(args);
-    assert!(
-        out.status.success(),
-        "flexssd {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]

@@ -32,9 +32,9 @@ impl TierCollector {
 }
 
 /// Label pairs and a value.
-type Row<T> = (Vec<(&'static str, String)>, T);
+pub(super) type Row<T> = (Vec<(&'static str, String)>, T);
 
-fn counter(
+pub(super) fn counter(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -47,7 +47,7 @@ fn counter(
     Ok(())
 }
 
-fn gauge(
+pub(super) fn gauge(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,

@@ -264,3 +264,51 @@ pub fn nbd_python() -> Option<&'static str> {
         .is_ok_and(|s| s.success());
     ok.then_some("/usr/bin/python3")
 }
+
+/// One HTTP request to the daemon's API: (status, JSON body, or the text as a
+/// JSON string when it is not JSON).
+pub fn http(
+    d: &Daemon,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let req = ureq::request(method, &format!("{}{path}", d.api)).timeout(Duration::from_secs(60));
+    let r = match body {
+        Some(b) => req.send_string(&b.to_string()),
+        None => req.call(),
+    };
+    let (code, text) = match r {
+        Ok(resp) => (resp.status(), resp.into_string().unwrap()),
+        Err(ureq::Error::Status(code, resp)) => (code, resp.into_string().unwrap()),
+        Err(e) => panic!("{method} {path}: {e}"),
+    };
+    (
+        code,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+/// The daemon's Prometheus text.
+pub fn metrics(d: &Daemon) -> String {
+    d.get("/metrics").expect("GET /metrics")
+}
+
+/// The value of the metric line that starts with `prefix`.
+pub fn metric(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Runs the CLI against `d`; panics with its stderr unless it succeeds.
+pub fn cli_ok(d: &Daemon, args: &[&str]) -> String {
+    let out = d.cli(args);
+    assert!(
+        out.status.success(),
+        "flexssd {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
