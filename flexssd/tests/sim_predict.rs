@@ -1,0 +1,138 @@
+//! Black-box tests of `flexssd sim predict`: one small real input (a CloudPhysics
+//! 30-minute workload, about 300 windows) with every output, determinism, and bad
+//! input named by file and line.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn flexssd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flexssd"))
+        .args(["sim", "predict"])
+        .args(args)
+        .output()
+        .expect("run flexssd")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = flexssd(args);
+    assert!(
+        out.status.success(),
+        "flexssd {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = flexssd(args);
+    assert!(!out.status.success(), "flexssd {args:?} should fail");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+fn traces() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces")
+}
+
+#[test]
+fn one_real_workload_every_output_and_deterministic() {
+    let f = traces().join("cloudphysics-30min/w01.csv");
+    if !f.exists() {
+        eprintln!("skipping: {} not present", f.display());
+        return;
+    }
+    let input = format!("cloudphysics:{}", f.display());
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("p.csv");
+    let svg = dir.path().join("p.svg");
+    let table = ok(&[
+        "--input",
+        &input,
+        "--ratios",
+        "0,5",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        table.contains("bandwidth") && table.contains("capacity_duration"),
+        "{table}"
+    );
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "input,source,metric,model,ratio_pct,n,accuracy,over,under,waste"
+    );
+    let rows: Vec<Vec<String>> = lines
+        .map(|l| l.split(',').map(String::from).collect())
+        .collect();
+    // 4 metrics x 2 models x 2 ratios.
+    assert_eq!(rows.len(), 16);
+    for r in &rows {
+        let acc: f64 = r[6].parse().unwrap();
+        assert!((0.0..=1.0).contains(&acc), "{r:?}");
+        if r[2] == "bandwidth" || r[2] == "capacity" {
+            assert!(r[5].parse::<u64>().unwrap() > 250, "{r:?}");
+        }
+    }
+    // Over-provisioning never lowers level accuracy.
+    let acc = |metric: &str, ratio: &str| -> f64 {
+        rows.iter()
+            .find(|r| r[2] == metric && r[3] == "lstm" && r[4] == ratio)
+            .unwrap()[6]
+            .parse()
+            .unwrap()
+    };
+    assert!(acc("bandwidth", "5") >= acc("bandwidth", "0"));
+    assert!(acc("capacity", "5") >= acc("capacity", "0"));
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    // Same input, same numbers.
+    let json1 = ok(&["--input", &input, "--ratios", "0,5", "--json"]);
+    let json2 = ok(&["--input", &input, "--ratios", "0,5", "--json"]);
+    assert_eq!(json1, json2);
+    let v: serde_json::Value = serde_json::from_str(&json1).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 16);
+}
+
+#[test]
+fn bad_inputs_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad-bw.txt");
+    std::fs::write(
+        &bad,
+        "total_obs: 2 diff:0 avg_duration: 1\n36 3\n18 three\n",
+    )
+    .unwrap();
+    let e = fails(&["--input", &format!("blockflex:{}", bad.display())]);
+    assert!(e.contains("bad-bw.txt:3: bad level \"three\""), "{e}");
+
+    let bad = dir.path().join("w99.csv");
+    std::fs::write(&bad, "ts,a,b\n1,2,3\n").unwrap();
+    let e = fails(&["--input", &format!("cloudphysics:{}", bad.display())]);
+    assert!(e.contains("w99.csv:1:"), "{e}");
+
+    let e = fails(&["--input", "nosuchkind:/x"]);
+    assert!(e.contains("unknown kind"), "{e}");
+    let e = fails(&["--input", "blockflex:/no/such/file"]);
+    assert!(e.contains("does not exist"), "{e}");
+    let e = fails(&["--input", "blockflex"]);
+    assert!(e.contains("KIND:PATH"), "{e}");
+    let good = dir.path().join("ok-bw.txt");
+    std::fs::write(&good, "total_obs: 1\n360 1\n").unwrap();
+    let e = fails(&[
+        "--input",
+        &format!("blockflex:{}", good.display()),
+        "--ratios=-5",
+    ]);
+    assert!(e.contains("ratios"), "{e}");
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, "ratoi = 1\n").unwrap();
+    let e = fails(&[
+        "--input",
+        &format!("blockflex:{}", good.display()),
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    assert!(e.contains("c.toml"), "{e}");
+}
