@@ -237,6 +237,10 @@ pub struct HarvestSettings {
     pub eviction_grace_s: u64,
     /// Copy unit of a live migration, bytes. Default 1 MiB.
     pub migrate_chunk_bytes: u64,
+    /// Regular tenants first: in emulation mode a harvest volume's request
+    /// waits until the dies it shares with a regular tenant free up within this
+    /// many microseconds. 0 (default): one page program of the device.
+    pub priority_slack_us: u64,
 }
 
 impl Default for HarvestSettings {
@@ -254,6 +258,7 @@ impl Default for HarvestSettings {
             unsold_group: 4,
             eviction_grace_s: 300,
             migrate_chunk_bytes: 1 << 20,
+            priority_slack_us: 0,
         }
     }
 }

@@ -143,6 +143,15 @@ impl FlashDevice {
         &self.geo
     }
 
+    /// When the busiest die of `channel` finishes the work booked on it so far
+    /// (0 if none was ever booked). Low-priority traffic (harvest tenants on a
+    /// regular tenant's channels) uses it to run only in the gaps.
+    pub fn channel_busy_until(&self, channel: u32) -> Nanos {
+        self.channels
+            .get(channel as usize)
+            .map_or(0, |c| c.lock().die_free.iter().copied().max().unwrap_or(0))
+    }
+
     /// The device's timing parameters.
     pub fn timing(&self) -> &Timing {
         &self.timing
@@ -354,6 +363,24 @@ mod tests {
         let floor = b.floor;
         let t = b.reserve(0, 1, 0);
         assert!(t > floor, "nothing is scheduled before the forgotten past");
+    }
+
+    #[test]
+    fn channel_busy_until_is_the_busiest_die() {
+        let d = FlashDevice::memory(small(), Timing::default()).unwrap();
+        assert_eq!(d.channel_busy_until(0), 0);
+        assert_eq!(d.channel_busy_until(9), 0, "no such channel: nothing booked");
+        let geo = small();
+        let t = Timing::default();
+        // Two programs on die 1 of channel 1 queue; channel 0 stays idle.
+        let b = geo.block_id(1, 1, 0, 0);
+        let first = d.program(geo.first_page(b), &[1u8; 4096], &rec(0, 1), 0).unwrap();
+        let second = d
+            .program(geo.first_page(b) + 1, &[2u8; 4096], &rec(1, 2), 0)
+            .unwrap();
+        assert!(second >= first + t.program_ns);
+        assert_eq!(d.channel_busy_until(1), second);
+        assert_eq!(d.channel_busy_until(0), 0);
     }
 
     fn rec(lba: u64, seq: u64) -> Oob {

@@ -287,6 +287,8 @@ pub(super) struct VolumeRt {
     vol: Arc<GhostVolume>,
     io: Arc<IoStats>,
     export: Arc<dyn BlockDev>,
+    /// Regular tenants first on shared channels (emulation mode only).
+    gate: Option<Arc<priority::PriorityGate>>,
 }
 
 struct MigrationRt {
@@ -534,7 +536,9 @@ impl HostManager {
                 }
             }
             let rt = self.volume_rt(rec, vol);
-            st.harvest.volumes.insert(rt.rec.name.clone(), rt);
+            let name = rt.rec.name.clone();
+            st.harvest.volumes.insert(name.clone(), rt);
+            self.refresh_gate(&st, &name);
         }
         st.harvest.timer = Some(RefreshTimer::new(
             self.clock.now(),
@@ -550,12 +554,68 @@ impl HostManager {
         if self.mode == Mode::Emulation {
             layer = layer.timed(self.clock.clone());
         }
+        let gate = (self.mode == Mode::Emulation).then(|| {
+            let slack = match self.harvest_settings.priority_slack_us {
+                0 => None,
+                us => Some(us.saturating_mul(1000)),
+            };
+            Arc::new(priority::PriorityGate::new(
+                self.clock.clone(),
+                slack.unwrap_or(self.max_program_ns()),
+                64 << 10,
+            ))
+        });
         VolumeRt {
             rec,
             vol,
             io,
             export: Arc::new(Layered(layer)),
+            gate,
         }
+    }
+
+    fn max_program_ns(&self) -> Nanos {
+        let st = self.state.read();
+        st.devices
+            .iter()
+            .map(|d| d.rec.timing.program_ns)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Points a volume's priority gate at the channels its gSSDs share with
+    /// regular tenants (lent blocks; unsold channels are nobody's).
+    fn refresh_gate(&self, st: &State, vname: &str) {
+        let Some(v) = st.harvest.volumes.get(vname) else {
+            return;
+        };
+        let Some(gate) = &v.gate else {
+            return;
+        };
+        let mut shared = Vec::new();
+        let mut ids: Vec<GssdId> = v.rec.segments.iter().map(|s| s.gssd).collect();
+        ids.extend(
+            st.harvest
+                .migrations
+                .iter()
+                .filter(|m| m.volume == vname)
+                .map(|m| m.to),
+        );
+        for id in ids {
+            let Some(g) = st.harvest.gssds.get(&id) else {
+                continue;
+            };
+            if g.home.is_none() {
+                continue;
+            }
+            let (Ok(d), Some(e)) = (st.device(&g.device), st.vssds.get(&g.name)) else {
+                continue;
+            };
+            for c in channels_of(&e.rec.extents) {
+                shared.push((d.dev.clone(), c));
+            }
+        }
+        gate.set_shared(shared);
     }
 
     /// The harvester's settings.
@@ -750,6 +810,7 @@ impl HostManager {
                         }
                         self.store.put_harvest_volume(&v.rec)?;
                     }
+                    self.refresh_gate(st, &m.volume);
                     self.event(
                         st,
                         HarvestEventKind::Migrated,
@@ -854,6 +915,7 @@ impl HostManager {
                 }
                 let rec = st.harvest.volumes[vname].rec.clone();
                 self.store.put_harvest_volume(&rec)?;
+                self.refresh_gate(st, vname);
                 self.event(
                     st,
                     HarvestEventKind::EvictionDone,
@@ -942,6 +1004,7 @@ impl HostManager {
             to,
             handle,
         });
+        self.refresh_gate(st, vname);
         let home = st.harvest.gssds[&from].home.clone();
         self.event(
             st,
@@ -1305,6 +1368,7 @@ impl HostManager {
         let rt = self.volume_rt(rec, vol);
         let info = Self::volume_info(&st, &rt);
         st.harvest.volumes.insert(req.name.clone(), rt);
+        self.refresh_gate(&st, &req.name);
         Ok(info)
     }
 
@@ -1666,7 +1730,7 @@ impl HostManager {
                 Mode::Fast => None,
                 Mode::Emulation => Some(self.clock.clone()),
             },
-            gate: None,
+            gate: v.gate.clone().map(|g| g as Arc<dyn blockdev::Gate>),
         })
     }
 
@@ -1683,6 +1747,8 @@ impl HostManager {
             .collect()
     }
 }
+
+mod priority;
 
 #[cfg(test)]
 mod tests;
