@@ -57,15 +57,14 @@ impl DurationPredictor {
         }
         let subs = (0..=cfg.levels as u64)
             .map(|i| {
+                let head = match d.loss {
+                    DurationLoss::Mse => Head::Regression,
+                    DurationLoss::Pinball => Head::Pinball,
+                };
+                let mut model = Lstm::new(2, d.hidden, 1, head, d.lr, seed.wrapping_add(i * 7919))?;
+                model.q = d.quantile.clamp(0.0, 1.0) as f32;
                 Ok(Sub {
-                    model: Lstm::new(
-                        2,
-                        d.hidden,
-                        1,
-                        Head::Regression,
-                        d.lr,
-                        seed.wrapping_add(i * 7919),
-                    )?,
+                    model,
                     run_start: None,
                     completed: VecDeque::new(),
                     pending: VecDeque::new(),
