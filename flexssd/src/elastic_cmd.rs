@@ -221,6 +221,10 @@ pub struct RunArgs {
     /// Prefix of the disks' (vSSDs') names.
     #[arg(long, default_value = "elastic")]
     pub name: String,
+    /// btrfs commit interval in seconds (mount -o commit=N): freed and written space
+    /// shows in statvfs only at a commit, and the controller acts on statvfs.
+    #[arg(long, default_value_t = 5)]
+    pub commit_s: u32,
     /// Stop on its own after this many seconds (for scripts).
     #[arg(long)]
     pub duration_s: Option<f64>,
@@ -386,7 +390,7 @@ fn run_volume(r: &RunArgs, api_url: &str) -> Result<()> {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
     let clock = MonotonicClock::new();
-    let vol = BtrfsVolume::new(&r.mount, &dir.join("work"), &r.name, backend)?;
+    let vol = BtrfsVolume::new(&r.mount, &dir.join("work"), &r.name, backend, r.commit_s)?;
     let backend_name = vol.backend_name().to_string();
     let mut ctl = Controller::start(&cfg, vol, clock.now())
         .context("creating the initial disk and file system")?;

@@ -56,6 +56,8 @@ pub struct BtrfsVolume {
     /// Bytes read/written by disks already removed (counters stay cumulative).
     gone: (u64, u64),
     mounted: bool,
+    /// btrfs commit interval, seconds (how stale statvfs may be).
+    commit_s: u32,
     /// Time each add and remove took, for the log.
     pub log: Vec<String>,
 }
@@ -135,8 +137,16 @@ fn loop_counters(dev: &str) -> (u64, u64) {
 
 impl BtrfsVolume {
     /// A volume (no disks yet) to be mounted at `mount`; `work` holds fuse mount
-    /// points and sparse files; disks are named `<prefix>-<n>`.
-    pub fn new(mount: &Path, work: &Path, prefix: &str, backend: Backend) -> Result<Self> {
+    /// points and sparse files; disks are named `<prefix>-<n>`; btrfs commits every
+    /// `commit_s` seconds (its default, 30 s, is how late freed space shows in
+    /// statvfs — too late for a controller probing every second).
+    pub fn new(
+        mount: &Path,
+        work: &Path,
+        prefix: &str,
+        backend: Backend,
+        commit_s: u32,
+    ) -> Result<Self> {
         std::fs::create_dir_all(mount).with_context(|| format!("create {}", mount.display()))?;
         std::fs::create_dir_all(work).with_context(|| format!("create {}", work.display()))?;
         Ok(BtrfsVolume {
@@ -148,6 +158,7 @@ impl BtrfsVolume {
             next_id: 0,
             gone: (0, 0),
             mounted: false,
+            commit_s,
             log: vec![],
         })
     }
@@ -298,7 +309,12 @@ impl BtrfsVolume {
         .and_then(|_| {
             sh(
                 "mount",
-                &["-o", "nodiscard", &d.loopdev, &self.mount.to_string_lossy()],
+                &[
+                    "-o",
+                    &format!("nodiscard,commit={}", self.commit_s),
+                    &d.loopdev,
+                    &self.mount.to_string_lossy(),
+                ],
             )
         });
         if let Err(e) = mk {
