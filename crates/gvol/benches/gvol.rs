@@ -53,10 +53,20 @@ impl Rng {
 fn io(c: &mut Criterion) {
     let mut g = c.benchmark_group("io_4k");
     g.throughput(Throughput::Bytes(BLK as u64));
+    // A volume whose one segment is half migrated (the copier paused): half the
+    // writes go to both gSSDs, under the stripe lock.
+    let migrating = volume(1);
+    let mut half = migrating
+        .start_migration(0, 99, filled(SIZE), 0, MigrateOptions::default())
+        .unwrap();
+    while half.progress().fraction() < 0.5 {
+        half.step().unwrap();
+    }
     let devs: Vec<(&str, Arc<dyn BlockDev>)> = vec![
         ("bare", filled(SIZE)),
         ("gvol_1seg", Arc::new(volume(1))),
         ("gvol_16seg", Arc::new(volume(16))),
+        ("gvol_half_migrated", Arc::new(migrating)),
     ];
     for (name, dev) in &devs {
         let mut rng = Rng(42);
@@ -70,6 +80,7 @@ fn io(c: &mut Criterion) {
         });
     }
     g.finish();
+    drop(half);
 }
 
 fn migrate(c: &mut Criterion) {

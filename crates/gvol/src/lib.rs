@@ -422,6 +422,15 @@ fn split(
     Ok(())
 }
 
+/// The segment (and its first byte) that holds all of `[offset, offset + len)`, if
+/// one does: the common case, served without splitting.
+fn within(map: &BTreeMap<u64, Segment>, offset: u64, len: u64) -> Option<(u64, &Segment)> {
+    match map.range(..=offset).next_back() {
+        Some((&s, seg)) if offset + len <= s + seg.len => Some((s, seg)),
+        _ => None,
+    }
+}
+
 /// Applies a mutation (`op(target, device offset, piece offset, piece length)`) to
 /// `len` bytes at `seg_off` of `seg`, to both targets where a migration has
 /// already copied the chunk (see the module docs for why this is correct).
@@ -732,6 +741,9 @@ impl BlockDev for GhostVolume {
     fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
         self.check(offset, buf.len() as u64)?;
         let map = self.inner.map.read();
+        if let Some((s, seg)) = within(&map, offset, buf.len() as u64) {
+            return seg.target.dev.read(seg.target.base + offset - s, buf);
+        }
         let mut completion = 0;
         split(&map, offset, buf.len() as u64, |p| {
             match p {
@@ -759,6 +771,11 @@ impl BlockDev for GhostVolume {
         let len = data.len() as u64;
         self.check(offset, len)?;
         let map = self.inner.map.read();
+        if let Some((s, seg)) = within(&map, offset, len) {
+            return mutate(seg, offset - s, len, &mut |t, at, o, n| {
+                t.dev.write(at, &data[o as usize..(o + n) as usize], fua)
+            });
+        }
         // Refuse before writing anything if some byte is unbacked.
         split(&map, offset, len, |p| match p {
             Piece::Hole { buf_off, len } => Err(self.unbacked(offset + buf_off, len)),
