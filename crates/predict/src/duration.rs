@@ -25,7 +25,6 @@ use crate::PredictError;
 
 #[derive(Debug)]
 pub(crate) struct Sub {
-    pub(crate) model: Lstm,
     run_start: Option<Nanos>,
     completed: VecDeque<f32>,
     pending: VecDeque<(Nanos, Vec<f32>)>,
@@ -37,6 +36,8 @@ pub(crate) struct Sub {
 /// Per-level duration sub-predictors for one resource (bandwidth or capacity).
 #[derive(Debug)]
 pub struct DurationPredictor {
+    /// The sub-predictors' models, one per level, stacked: they train in one pass.
+    pub(crate) model: Lstm,
     pub(crate) subs: Vec<Sub>,
     history: usize,
     cap: Nanos,
@@ -55,16 +56,16 @@ impl DurationPredictor {
                 "duration history, hidden, max_units and time_unit_s must be positive".into(),
             ));
         }
-        let subs = (0..=cfg.levels as u64)
-            .map(|i| {
-                let head = match d.loss {
-                    DurationLoss::Mse => Head::Regression,
-                    DurationLoss::Pinball => Head::Pinball,
-                };
-                let mut model = Lstm::new(2, d.hidden, 1, head, d.lr, seed.wrapping_add(i * 7919))?;
-                model.q = d.quantile.clamp(0.0, 1.0) as f32;
+        let head = match d.loss {
+            DurationLoss::Mse => Head::Regression,
+            DurationLoss::Pinball => Head::Pinball,
+        };
+        let n = cfg.levels as usize + 1;
+        let mut model = Lstm::stacked(n, 2, d.hidden, 1, head, d.lr, seed)?;
+        model.q = d.quantile.clamp(0.0, 1.0) as f32;
+        let subs = (0..n)
+            .map(|_| {
                 Ok(Sub {
-                    model,
                     run_start: None,
                     completed: VecDeque::new(),
                     pending: VecDeque::new(),
@@ -75,6 +76,7 @@ impl DurationPredictor {
             })
             .collect::<Result<Vec<_>, PredictError>>()?;
         Ok(Self {
+            model,
             subs,
             history: d.history,
             cap: secs(d.cap_s()),
@@ -145,26 +147,38 @@ impl DurationPredictor {
             return Ok(());
         }
         self.last_tick = Some(now);
+        let mut fresh = false;
         for i in 0..self.subs.len() {
             if self.subs[i].run_start.is_some() {
                 let x = self.input(i, now);
                 self.subs[i].pending.push_back((now, x));
             }
-            let s = &mut self.subs[i];
-            if s.new_labels > 0 {
-                s.new_labels = 0;
-                let n = s.labelled.len().min(self.train_samples);
-                let mut xs = Vec::with_capacity(n * 2 * self.history);
-                let mut ys = Vec::with_capacity(n);
-                for (x, y) in s.labelled.iter().skip(s.labelled.len() - n) {
-                    xs.extend_from_slice(x);
-                    ys.push(*y);
-                }
-                for _ in 0..self.epochs {
-                    s.model.train(&xs, self.history, &ys)?;
-                }
-                s.trained = true;
+            fresh |= self.subs[i].new_labels > 0;
+        }
+        if !fresh {
+            return Ok(());
+        }
+        // One stacked step trains every sub-predictor that has labelled samples, each
+        // on its latest `train_samples` (padding masked out): one pass instead of one
+        // per level.
+        let (b, w) = (self.train_samples, 2 * self.history);
+        let m = self.subs.len();
+        let mut xs = vec![0f32; m * b * w];
+        let mut ys = vec![0f32; m * b];
+        let mut mask = vec![0f32; m * b];
+        for (i, s) in self.subs.iter_mut().enumerate() {
+            s.new_labels = 0;
+            let n = s.labelled.len().min(b);
+            for (j, (x, y)) in s.labelled.iter().skip(s.labelled.len() - n).enumerate() {
+                let k = i * b + j;
+                xs[k * w..(k + 1) * w].copy_from_slice(x);
+                ys[k] = *y;
+                mask[k] = 1.0;
             }
+            s.trained |= n > 0;
+        }
+        for _ in 0..self.epochs {
+            self.model.train_stacked(&xs, self.history, b, &ys, &mask)?;
         }
         Ok(())
     }
@@ -178,7 +192,9 @@ impl DurationPredictor {
         if !s.trained {
             return Ok(self.fallback(i, now));
         }
-        let y = s.model.predict(self.input(i, now), self.history)?;
+        let y = self
+            .model
+            .predict_one(i, self.input(i, now), self.history)?;
         Ok(self.denorm(y))
     }
 
@@ -196,11 +212,11 @@ impl DurationPredictor {
         (y.clamp(0.0, 1.0) as f64 * self.cap as f64) as Nanos
     }
 
-    pub(crate) fn ready(&self, level: u32, now: Nanos) -> Option<(&Lstm, Vec<f32>)> {
+    pub(crate) fn ready(&self, level: u32, now: Nanos) -> Option<((&Lstm, usize), Vec<f32>)> {
         let i = (level as usize).min(self.subs.len() - 1);
         self.subs[i]
             .trained
-            .then(|| (&self.subs[i].model, self.input(i, now)))
+            .then(|| ((&self.model, i), self.input(i, now)))
     }
 
     pub(crate) fn history(&self) -> usize {
@@ -209,7 +225,7 @@ impl DurationPredictor {
 
     /// Bytes of model state of all sub-predictors (weights and Adam moments).
     pub fn model_bytes(&self) -> usize {
-        self.subs.iter().map(|s| s.model.bytes()).sum()
+        self.model.bytes()
     }
 
     /// The cap on predicted durations, in seconds.

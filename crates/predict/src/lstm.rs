@@ -29,15 +29,18 @@ pub(crate) enum Head {
     Pinball,
 }
 
-/// One LSTM model: input `features` per time step, `hidden` units, `outputs` outputs.
+/// `models` LSTM models of one shape, stacked (their weights share tensors along a
+/// leading dimension, so they train and predict in one pass): input `features` per
+/// time step, `hidden` units, `outputs` outputs.
 pub(crate) struct Lstm {
+    pub models: usize,
     pub features: usize,
     pub hidden: usize,
     pub outputs: usize,
     head: Head,
     /// Quantile of the pinball head.
     pub q: f32,
-    /// `[1, F, 4H]`, `[1, H, 4H]`, `[1, 1, 4H]`, `[1, H, O]`, `[1, 1, O]`.
+    /// `[M, F, 4H]`, `[M, H, 4H]`, `[M, 1, 4H]`, `[M, H, O]`, `[M, 1, O]`.
     vars: [Var; 5],
     opt: AdamW,
 }
@@ -90,14 +93,28 @@ impl Lstm {
         lr: f64,
         seed: u64,
     ) -> Result<Self, PredictError> {
+        Self::stacked(1, features, hidden, outputs, head, lr, seed)
+    }
+
+    /// `models` independent models in one set of tensors.
+    pub fn stacked(
+        models: usize,
+        features: usize,
+        hidden: usize,
+        outputs: usize,
+        head: Head,
+        lr: f64,
+        seed: u64,
+    ) -> Result<Self, PredictError> {
         let mut rng = SplitMix(seed);
         let a = 1.0 / (hidden as f32).sqrt();
+        let m = models.max(1);
         let vars = [
-            var(&mut rng, &[1, features, 4 * hidden], a)?,
-            var(&mut rng, &[1, hidden, 4 * hidden], a)?,
-            var(&mut rng, &[1, 1, 4 * hidden], a)?,
-            var(&mut rng, &[1, hidden, outputs], a)?,
-            var(&mut rng, &[1, 1, outputs], a)?,
+            var(&mut rng, &[m, features, 4 * hidden], a)?,
+            var(&mut rng, &[m, hidden, 4 * hidden], a)?,
+            var(&mut rng, &[m, 1, 4 * hidden], a)?,
+            var(&mut rng, &[m, hidden, outputs], a)?,
+            var(&mut rng, &[m, 1, outputs], a)?,
         ];
         let opt = AdamW::new(
             vars.to_vec(),
@@ -108,6 +125,7 @@ impl Lstm {
             },
         )?;
         Ok(Self {
+            models: m,
             features,
             hidden,
             outputs,
@@ -118,10 +136,10 @@ impl Lstm {
         })
     }
 
-    /// Parameters (weights and biases) of the model.
+    /// Parameters (weights and biases) of all the stacked models.
     pub fn params(&self) -> usize {
         let (f, h, o) = (self.features, self.hidden, self.outputs);
-        f * 4 * h + h * 4 * h + 4 * h + h * o + o
+        self.models * (f * 4 * h + h * 4 * h + 4 * h + h * o + o)
     }
 
     /// Bytes the model holds: f32 parameters plus Adam's two moments per parameter.
@@ -159,11 +177,15 @@ impl Lstm {
         std::array::from_fn(|k| self.vars[k].as_tensor().clone())
     }
 
-    /// The weights of several models (same shapes) stacked along the model dimension.
-    fn stack(models: &[&Lstm]) -> Result<[Tensor; 5], PredictError> {
+    /// The weights of several (stack, index) models of one shape, stacked along the
+    /// model dimension.
+    fn stack(models: &[(&Lstm, usize)]) -> Result<[Tensor; 5], PredictError> {
         let mut out: Vec<Tensor> = Vec::with_capacity(5);
         for k in 0..5 {
-            let ts: Vec<&Tensor> = models.iter().map(|m| m.vars[k].as_tensor()).collect();
+            let ts = models
+                .iter()
+                .map(|(m, i)| m.vars[k].as_tensor().narrow(0, *i, 1))
+                .collect::<Result<Vec<Tensor>, _>>()?;
             out.push(Tensor::cat(&ts, 0)?.detach());
         }
         Ok(out.try_into().expect("five weights"))
@@ -184,6 +206,9 @@ impl Lstm {
         let b = targets.len();
         if b == 0 {
             return Ok(0.0);
+        }
+        if self.models > 1 {
+            return self.train_stacked(xs, t, b / self.models, targets, &vec![1.0; b]);
         }
         let x = self.input(1, b, t, xs.to_vec())?;
         let out = Self::forward(&self.own(), &x)?.squeeze(0)?; // [B, O]
@@ -218,20 +243,50 @@ impl Lstm {
         Ok(loss.to_scalar::<f32>()?)
     }
 
+    /// One Adam step of every stacked regression model at once: `xs` holds `B`
+    /// sequences per model (model-major), `targets` and `mask` one value per
+    /// sequence; masked-out (0) sequences do not count. Returns the summed loss.
+    pub fn train_stacked(
+        &mut self,
+        xs: &[f32],
+        t: usize,
+        b: usize,
+        targets: &[f32],
+        mask: &[f32],
+    ) -> Result<f32, PredictError> {
+        let m = self.models;
+        let x = self.input(m, b, t, xs.to_vec())?;
+        let out = Self::forward(&self.own(), &x)?; // [M, B, 1]
+        let tg = Tensor::from_vec(targets.to_vec(), (m, b, 1), &Device::Cpu)?;
+        let mk = Tensor::from_vec(mask.to_vec(), (m, b, 1), &Device::Cpu)?;
+        let d = tg.sub(&out)?;
+        let per = match self.head {
+            Head::Pinball => {
+                let q = self.q as f64;
+                d.affine(q, 0.0)?.maximum(&d.affine(q - 1.0, 0.0)?)?
+            }
+            _ => d.sqr()?,
+        };
+        // Sum over models of each model's mean loss: the models' gradients stay apart.
+        let loss = per.mul(&mk)?.sum_all()?.affine(1.0 / b as f64, 0.0)?;
+        self.opt.backward_step(&loss)?;
+        Ok(loss.to_scalar::<f32>()?)
+    }
+
     /// Outputs of several models at once: `xs` holds one sequence per model
     /// (`models.len()` sequences of `t` steps). Classification heads give the argmax
     /// class (as f32), regression heads the value.
     pub fn predict_many(
-        models: &[&Lstm],
+        models: &[(&Lstm, usize)],
         xs: Vec<f32>,
         t: usize,
     ) -> Result<Vec<f32>, PredictError> {
-        let Some(first) = models.first() else {
+        let Some(&(first, _)) = models.first() else {
             return Ok(Vec::new());
         };
         let m = models.len();
         let x = first.input(m, 1, t, xs)?;
-        let w = if m == 1 {
+        let w = if m == 1 && first.models == 1 {
             first.own()
         } else {
             Self::stack(models)?
@@ -248,9 +303,14 @@ impl Lstm {
         })
     }
 
-    /// The output of this model for one sequence of `t` steps.
+    /// The output of (the first) model for one sequence of `t` steps.
     pub fn predict(&self, xs: Vec<f32>, t: usize) -> Result<f32, PredictError> {
-        Ok(Self::predict_many(&[self], xs, t)?[0])
+        self.predict_one(0, xs, t)
+    }
+
+    /// The output of stacked model `i` for one sequence of `t` steps.
+    pub fn predict_one(&self, i: usize, xs: Vec<f32>, t: usize) -> Result<f32, PredictError> {
+        Ok(Self::predict_many(&[(self, i)], xs, t)?[0])
     }
 
     /// Whether two models can be stacked into one forward pass.
@@ -297,7 +357,8 @@ mod tests {
             a.train(&xs, 2, &[0.7]).unwrap();
         }
         assert!((a.predict(xs.clone(), 2).unwrap() - 0.7).abs() < 0.05);
-        let both = Lstm::predict_many(&[&a, &b], [xs.clone(), xs.clone()].concat(), 2).unwrap();
+        let both =
+            Lstm::predict_many(&[(&a, 0), (&b, 0)], [xs.clone(), xs.clone()].concat(), 2).unwrap();
         assert!((both[0] - a.predict(xs.clone(), 2).unwrap()).abs() < 1e-5);
         assert!((both[1] - b.predict(xs, 2).unwrap()).abs() < 1e-5);
     }
@@ -315,6 +376,26 @@ mod tests {
         }
         let p = m.predict(vec![0.5, 0.5], 2).unwrap();
         assert!((0.1..0.35).contains(&p), "{p}");
+    }
+
+    #[test]
+    fn stacked_models_train_apart() {
+        // Two stacked regressors with different targets; the second sees only masked
+        // samples at first and must not move.
+        let mut s = Lstm::stacked(2, 1, 8, 1, Head::Regression, 0.05, 3).unwrap();
+        let before = s.predict_one(1, vec![0.5, 0.5], 2).unwrap();
+        let xs = vec![0.5f32; 2 * 2];
+        for _ in 0..100 {
+            s.train_stacked(&xs, 2, 1, &[0.9, 0.0], &[1.0, 0.0])
+                .unwrap();
+        }
+        assert!((s.predict_one(0, vec![0.5, 0.5], 2).unwrap() - 0.9).abs() < 0.05);
+        assert_eq!(s.predict_one(1, vec![0.5, 0.5], 2).unwrap(), before);
+        for _ in 0..200 {
+            s.train_stacked(&xs, 2, 1, &[0.9, 0.2], &[1.0, 1.0])
+                .unwrap();
+        }
+        assert!((s.predict_one(1, vec![0.5, 0.5], 2).unwrap() - 0.2).abs() < 0.05);
     }
 
     #[test]

@@ -219,13 +219,13 @@ impl Predictor for VssdPredictor {
 pub fn predict_batch(ps: &[&VssdPredictor], now: Nanos) -> Result<Vec<Prediction>, PredictError> {
     let levels = |get: &dyn Fn(&VssdPredictor) -> &LevelPredictor| -> Result<Vec<Option<u32>>, PredictError> {
         let mut idx = Vec::new();
-        let mut models: Vec<&Lstm> = Vec::new();
+        let mut models: Vec<(&Lstm, usize)> = Vec::new();
         let mut xs = Vec::new();
         for (k, p) in ps.iter().enumerate() {
             if let Some(x) = get(p).input() {
-                if models.first().is_none_or(|m| m.same_shape(&get(p).model)) {
+                if models.first().is_none_or(|m| m.0.same_shape(&get(p).model)) {
                     idx.push(k);
-                    models.push(&get(p).model);
+                    models.push((&get(p).model, 0));
                     xs.extend(x);
                 }
             }
@@ -252,14 +252,14 @@ pub fn predict_batch(ps: &[&VssdPredictor], now: Nanos) -> Result<Vec<Prediction
      -> Result<Vec<Nanos>, PredictError> {
         let mut out = vec![0; ps.len()];
         let mut idx = Vec::new();
-        let mut models: Vec<&Lstm> = Vec::new();
+        let mut models: Vec<(&Lstm, usize)> = Vec::new();
         let mut xs = Vec::new();
         for (k, p) in ps.iter().enumerate() {
             let l = over_provision(lv[k].unwrap_or(p.cfg.levels), p.cfg.ratio, p.cfg.levels);
             let d = get(p);
             match d.ready(l, now) {
                 Some((m, x))
-                    if models.first().is_none_or(|f| f.same_shape(m))
+                    if models.first().is_none_or(|f| f.0.same_shape(m.0))
                         && d.history() == get(ps[0]).history() =>
                 {
                     idx.push(k);
