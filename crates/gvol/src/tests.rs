@@ -146,6 +146,20 @@ fn two_segments_never_share_a_block() {
 }
 
 #[test]
+fn segment_info_round_trips_as_json_and_rejects_unknown_fields() {
+    let v = GhostVolume::new("v", 16 * K4);
+    v.attach(0, 4 * K4, 7, mem(8 * K4), 4 * K4).unwrap();
+    let _m = v.start_migration(0, 8, mem(4 * K4), 0, opts(K4)).unwrap();
+    let segs = v.segments();
+    let json = serde_json::to_string(&segs).unwrap();
+    let back: Vec<SegmentInfo> = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, segs);
+    assert_eq!(back[0].migration.as_ref().unwrap().to_gssd, 8);
+    let bad = r#"{"offset":0,"len":1,"gssd_id":1,"base":0,"migration":null,"extra":1}"#;
+    assert!(serde_json::from_str::<SegmentInfo>(bad).is_err());
+}
+
+#[test]
 fn requests_spanning_segments_are_split_with_base_offsets() {
     let v = GhostVolume::new("v", 16 * K4);
     let a = mem(8 * K4);
