@@ -36,8 +36,8 @@ pub(crate) struct Sub {
 /// Per-level duration sub-predictors for one resource (bandwidth or capacity).
 #[derive(Debug)]
 pub struct DurationPredictor {
-    /// The sub-predictors' models, one per level, stacked: they train in one pass.
-    pub(crate) model: Lstm,
+    /// The sub-predictors' models, one per level.
+    pub(crate) models: Vec<Lstm>,
     pub(crate) subs: Vec<Sub>,
     history: usize,
     cap: Nanos,
@@ -61,8 +61,13 @@ impl DurationPredictor {
             DurationLoss::Pinball => Head::Pinball,
         };
         let n = cfg.levels as usize + 1;
-        let mut model = Lstm::stacked(n, 2, d.hidden, 1, head, d.lr, seed)?;
-        model.q = d.quantile.clamp(0.0, 1.0) as f32;
+        let models = (0..n as u64)
+            .map(|i| {
+                let mut m = Lstm::new(2, d.hidden, 1, head, d.lr, seed.wrapping_add(i * 7919))?;
+                m.q = d.quantile.clamp(0.0, 1.0) as f32;
+                Ok(m)
+            })
+            .collect::<Result<Vec<_>, PredictError>>()?;
         let subs = (0..n)
             .map(|_| {
                 Ok(Sub {
@@ -76,7 +81,7 @@ impl DurationPredictor {
             })
             .collect::<Result<Vec<_>, PredictError>>()?;
         Ok(Self {
-            model,
+            models,
             subs,
             history: d.history,
             cap: secs(d.cap_s()),
@@ -158,27 +163,37 @@ impl DurationPredictor {
         if !fresh {
             return Ok(());
         }
-        // One stacked step trains every sub-predictor that has labelled samples, each
-        // on its latest `train_samples` (padding masked out): one pass instead of one
-        // per level.
+        // The sub-predictors with new labels train together, each on its latest
+        // `train_samples` (padding masked out): one pass instead of one per level.
         let (b, w) = (self.train_samples, 2 * self.history);
-        let m = self.subs.len();
+        let chosen: Vec<usize> = (0..self.subs.len())
+            .filter(|&i| self.subs[i].new_labels > 0)
+            .collect();
+        let m = chosen.len();
         let mut xs = vec![0f32; m * b * w];
         let mut ys = vec![0f32; m * b];
         let mut mask = vec![0f32; m * b];
-        for (i, s) in self.subs.iter_mut().enumerate() {
+        for (c, &i) in chosen.iter().enumerate() {
+            let s = &mut self.subs[i];
             s.new_labels = 0;
+            s.trained = true;
             let n = s.labelled.len().min(b);
             for (j, (x, y)) in s.labelled.iter().skip(s.labelled.len() - n).enumerate() {
-                let k = i * b + j;
+                let k = c * b + j;
                 xs[k * w..(k + 1) * w].copy_from_slice(x);
                 ys[k] = *y;
                 mask[k] = 1.0;
             }
-            s.trained |= n > 0;
         }
+        let mut group: Vec<&mut Lstm> = self
+            .models
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| chosen.contains(i))
+            .map(|(_, m)| m)
+            .collect();
         for _ in 0..self.epochs {
-            self.model.train_stacked(&xs, self.history, b, &ys, &mask)?;
+            Lstm::train_group(&mut group, &xs, self.history, b, &ys, &mask)?;
         }
         Ok(())
     }
@@ -192,9 +207,7 @@ impl DurationPredictor {
         if !s.trained {
             return Ok(self.fallback(i, now));
         }
-        let y = self
-            .model
-            .predict_one(i, self.input(i, now), self.history)?;
+        let y = self.models[i].predict(self.input(i, now), self.history)?;
         Ok(self.denorm(y))
     }
 
@@ -216,7 +229,7 @@ impl DurationPredictor {
         let i = (level as usize).min(self.subs.len() - 1);
         self.subs[i]
             .trained
-            .then(|| ((&self.model, i), self.input(i, now)))
+            .then(|| ((&self.models[i], 0), self.input(i, now)))
     }
 
     pub(crate) fn history(&self) -> usize {
@@ -225,7 +238,7 @@ impl DurationPredictor {
 
     /// Bytes of model state of all sub-predictors (weights and Adam moments).
     pub fn model_bytes(&self) -> usize {
-        self.model.bytes()
+        self.models.iter().map(Lstm::bytes).sum()
     }
 
     /// The cap on predicted durations, in seconds.

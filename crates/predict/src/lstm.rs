@@ -273,6 +273,46 @@ impl Lstm {
         Ok(loss.to_scalar::<f32>()?)
     }
 
+    /// One Adam step of several single regression models of one shape in one pass:
+    /// their weights are concatenated (differentiably) along the model dimension, so
+    /// one forward and one backward pass give every model its own gradients, and each
+    /// model's own Adam then steps. Inputs as in [`Lstm::train_stacked`], `B` per model.
+    pub fn train_group(
+        models: &mut [&mut Lstm],
+        xs: &[f32],
+        t: usize,
+        b: usize,
+        targets: &[f32],
+        mask: &[f32],
+    ) -> Result<(), PredictError> {
+        let Some(first) = models.first() else {
+            return Ok(());
+        };
+        let (m, head, q, f) = (models.len(), first.head, first.q as f64, first.features);
+        let w: Vec<Tensor> = (0..5)
+            .map(|k| {
+                let ts: Vec<&Tensor> = models.iter().map(|l| l.vars[k].as_tensor()).collect();
+                Tensor::cat(&ts, 0)
+            })
+            .collect::<Result<_, _>>()?;
+        let w: [Tensor; 5] = w.try_into().expect("five weights");
+        let x = Tensor::from_vec(xs.to_vec(), (m, b, t, f), &Device::Cpu)?;
+        let out = Self::forward(&w, &x)?;
+        let tg = Tensor::from_vec(targets.to_vec(), (m, b, 1), &Device::Cpu)?;
+        let mk = Tensor::from_vec(mask.to_vec(), (m, b, 1), &Device::Cpu)?;
+        let d = tg.sub(&out)?;
+        let per = match head {
+            Head::Pinball => d.affine(q, 0.0)?.maximum(&d.affine(q - 1.0, 0.0)?)?,
+            _ => d.sqr()?,
+        };
+        let loss = per.mul(&mk)?.sum_all()?.affine(1.0 / b as f64, 0.0)?;
+        let grads = loss.backward()?;
+        for l in models.iter_mut() {
+            l.opt.step(&grads)?;
+        }
+        Ok(())
+    }
+
     /// Outputs of several models at once: `xs` holds one sequence per model
     /// (`models.len()` sequences of `t` steps). Classification heads give the argmax
     /// class (as f32), regression heads the value.
@@ -396,6 +436,40 @@ mod tests {
                 .unwrap();
         }
         assert!((s.predict_one(1, vec![0.5, 0.5], 2).unwrap() - 0.2).abs() < 0.05);
+    }
+
+    #[test]
+    fn group_training_equals_separate_training() {
+        let mk = || {
+            (
+                Lstm::new(2, 6, 1, Head::Regression, 0.02, 11).unwrap(),
+                Lstm::new(2, 6, 1, Head::Regression, 0.02, 12).unwrap(),
+            )
+        };
+        let (mut a1, mut b1) = mk();
+        let (mut a2, mut b2) = mk();
+        let xa = vec![0.1f32, 0.2, 0.3, 0.4];
+        let xb = vec![0.9f32, 0.8, 0.7, 0.6];
+        for _ in 0..20 {
+            a1.train(&xa, 2, &[0.3]).unwrap();
+            b1.train(&xb, 2, &[0.6]).unwrap();
+            Lstm::train_group(
+                &mut [&mut a2, &mut b2],
+                &[xa.clone(), xb.clone()].concat(),
+                2,
+                1,
+                &[0.3, 0.6],
+                &[1.0, 1.0],
+            )
+            .unwrap();
+        }
+        for (p, q, x) in [(&a1, &a2, &xa), (&b1, &b2, &xb)] {
+            let (u, v) = (
+                p.predict(x.clone(), 2).unwrap(),
+                q.predict(x.clone(), 2).unwrap(),
+            );
+            assert!((u - v).abs() < 1e-4, "{u} vs {v}");
+        }
     }
 
     #[test]
