@@ -99,6 +99,12 @@ pub struct ElasticConfig {
     /// probe at or above this. The paper gives no number; 8 MiB/s is ours.
     #[serde(deserialize_with = "size")]
     pub io_pressure_bps: u64,
+    /// Ours, not the paper's: a prediction exceeding usage by no more than
+    /// `max(R, uncertainty_floor)` is not "uncertain". With R = 0 the paper's test
+    /// `pred - used > R` fires on any write at all — the file system's own periodic
+    /// commits write a few KiB — so an idle volume never became removable.
+    #[serde(deserialize_with = "size")]
+    pub uncertainty_floor: u64,
     /// Most disks the pool may hold (a guard against runaway growth), 0 = unlimited.
     pub max_disks: u32,
 }
@@ -117,6 +123,7 @@ impl Default for ElasticConfig {
             remove_delay_s: 60.0,
             reactive_interval_s: 5.0,
             io_pressure_bps: 8 << 20,
+            uncertainty_floor: 4 << 20,
             max_disks: 64,
         }
     }

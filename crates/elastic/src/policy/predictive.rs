@@ -9,6 +9,10 @@
 //! remove the last increment if the pool still covers `pred + INC + R`, no uncertain
 //! probe happened for RD, and the volume is not under I/O pressure.
 //!
+//! One deliberate change: "uncertain" needs `pred - used` above `max(R, floor)`
+//! (`uncertainty_floor`, 4 MiB by default), not just above R — with R = 0 a few KiB
+//! of file-system commit traffic kept an idle volume uncertain, so it never shrank.
+//!
 //! Two details the printed algorithm leaves open: halving stops at TMIN (line 9 would
 //! otherwise step below it), and the "uncertain" time stamp `ts` starts at the
 //! controller's start, so nothing is removed in the first RD.
@@ -31,6 +35,7 @@ pub struct Predictive {
     ad: Nanos,
     rd: Nanos,
     pressure_bps: u64,
+    floor: u64,
     next: Nanos,
     window: Nanos,
     ts: Nanos,
@@ -50,6 +55,7 @@ impl Predictive {
             ad: cfg.add_delay(),
             rd: cfg.remove_delay(),
             pressure_bps: cfg.io_pressure_bps,
+            floor: cfg.uncertainty_floor,
             next: cfg.tmax(),
             window: 2 * cfg.tmax(),
             ts: now,
@@ -93,7 +99,7 @@ impl Policy for Predictive {
         let pred = self.predictor.predict(now, stats, self.window, future);
         let r = self.reserve;
         let mut action = Action::None;
-        if pred.saturating_sub(stats.used) > r || size < pred + r {
+        if pred.saturating_sub(stats.used) > r.max(self.floor) || size < pred + r {
             self.ts = now;
             if self.next > self.tmin {
                 self.next = (self.next / 2).max(self.tmin);
@@ -188,6 +194,23 @@ mod tests {
         t += 5 * SEC;
         let d = p.decide(t, s(100 * M, 0, 10 * G), size);
         assert_eq!(d.action, Action::Remove);
+    }
+
+    #[test]
+    fn commit_noise_does_not_block_removal() {
+        let cfg = ElasticConfig::default();
+        let mut p = Predictive::new(&cfg, 0);
+        let size = 5 * G;
+        let mut t = 0;
+        let mut w = 0;
+        let mut removed = false;
+        // idle volume whose file system writes 16 KiB per probe
+        while t <= 120 * SEC {
+            w += 16 << 10;
+            removed |= p.decide(t, s(100 * M, w, 0), size).action == Action::Remove;
+            t += 5 * SEC;
+        }
+        assert!(removed);
     }
 
     #[test]
