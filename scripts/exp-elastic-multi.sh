@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Elastic storage, application case (issue 6; IPDPS'14 §IV-D, the K-Means study,
+# scaled far down): VOLS volumes at once, each an elastic btrfs volume over vSSDs
+# with its own controller, each driven by an iterative sort/merge job written with
+# standard tools. Per volume: generate ~160 MB of "key id" lines (awk), then ITERS
+# iterations of: transform the keys (awk), split into 4 parts, sort the parts (sort,
+# temp files on the volume), merge them (sort -m), extract a small summary (awk, the
+# "centroids"), delete the intermediates. Usage grows in the copy phase, then bumps
+# once per iteration, as in the paper's Figure 4. All four policies, one run each,
+# the reserve of each taken from docs/results/elastic-sim.csv (the microbenchmark's
+# smallest failure-free reserve; 0 if absent). Writes, and overwrites:
+#
+#   docs/results/elastic-multi.md     the results page (generated: edit this script)
+#   docs/results/elastic-multi.csv    one row per policy: completion, waste, failures
+#   docs/results/elastic-multi.svg    aggregate used / expected / allocated (Fig. 4 style)
+#
+# Scale: INIT 256 MiB, INC 256 MiB, prealloc 1 GiB per volume; times at 1/4 of the
+# paper's (--time-scale 0.25); waste over 5-second intervals, summed over volumes.
+#
+#   scripts/exp-elastic-multi.sh      (VOLS=3 ITERS=3; ~8 minutes)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${BIN:-}" ]; then
+  cargo build --release -q -p flexssd
+  BIN=$PWD/target/release/flexssd
+fi
+. scripts/lib.sh
+OUT=docs/results
+VOLS=${VOLS:-3}
+ITERS=${ITERS:-3}
+COOL_S=${COOL_S:-30}
+LINES=${LINES:-5000000}
+POLICIES=${POLICIES:-"prealloc reactive-add reactive-addrm predictive"}
+SCALE=(--init 256M --increment 256M --prealloc 1G --time-scale 0.25)
+WORK=$(mktemp -d /tmp/exp-elastic-multi.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  stop_daemon
+  rm -rf "$WORK/data"
+}
+trap cleanup EXIT
+
+# 28 channels × 320 MiB: a 256 MiB disk is one channel, a 1 GiB prealloc disk four.
+start_daemon "$WORK" '
+[[devices]]
+name = "ssd0"
+backend = "file"
+[devices.geometry]
+channels = 28
+dies_per_channel = 1
+planes_per_die = 1
+blocks_per_plane = 320
+pages_per_block = 256
+page_size = 4096
+'
+echo "daemon at $API; work in $WORK" >&2
+
+reserve_of() {
+  local r
+  r=$(awk -F, -v p="$1" '$1 == p { print $2 }' "$OUT/elastic-sim.csv" 2>/dev/null || true)
+  echo "${r:-0}"
+}
+
+# job DIR SEED: the iterative job; prints the number of failed steps.
+job() {
+  local d=$1 seed=$2 err=0 k
+  awk -v s="$seed" -v n="$LINES" 'BEGIN { srand(s); for (i = 0; i < n; i++) printf "%09d %d\n", int(rand() * 1e9), i }' > "$d/input" || err=$((err + 1))
+  sync
+  for k in $(seq 1 "$ITERS"); do
+    mkdir -p "$d/tmp" "$d/it$k"
+    { awk -v k="$k" '{ printf "%09d %s\n", ($1 * 7 + k * 1000003) % 1000000000, $2 }' "$d/input" > "$d/it$k/mapped" &&
+      (cd "$d/it$k" && split -n l/4 mapped part.) &&
+      for p in "$d/it$k"/part.*; do sort -S 32M -T "$d/tmp" -o "$p.sorted" "$p" || exit 1; done &&
+      sort -m -S 32M -T "$d/tmp" -o "$d/it$k/merged" "$d/it$k"/part.*.sorted &&
+      awk '{ b = int($1 / 1e8); s[b] += $1; c[b]++ } END { for (b in s) print b, s[b] / c[b] }' "$d/it$k/merged" > "$d/centroids$k" &&
+      sync &&
+      rm -f "$d/it$k"/part.* "$d/it$k/mapped" "$d/input" &&
+      mv "$d/it$k/merged" "$d/input"; } 2>>"$WORK/job.err" || err=$((err + 1))
+    rmdir "$d/it$k" 2>/dev/null || true
+  done
+  echo "$err"
+}
+
+echo "policy,reserve_mib,completion_s,app_errors,waste_gbh,adds,removes,peak_alloc_mib" > "$OUT/elastic-multi.csv"
+for p in $POLICIES; do
+  r=$(reserve_of "$p")
+  PIDS=()
+  for v in $(seq 1 "$VOLS"); do
+    rm -rf "$WORK/state-$p-$v"
+    "$BIN" elastic run --api "$API" --mount "$WORK/mnt$v" --state "$WORK/state-$p-$v" \
+      --csv "$WORK/series-$p-$v.csv" --policy "$p" --reserve "${r}M" "${SCALE[@]}" \
+      --name "m$v-$p" 2> "$WORK/ctl-$p-$v.log" &
+    PIDS+=($!)
+  done
+  for v in $(seq 1 "$VOLS"); do
+    for _ in $(seq 1 600); do [ -f "$WORK/state-$p-$v/status.json" ] && break; sleep 0.1; done
+  done
+  sleep 2
+  t0=$(date +%s.%N)
+  JOBS=()
+  for v in $(seq 1 "$VOLS"); do job "$WORK/mnt$v" "$v" > "$WORK/err-$p-$v" & JOBS+=($!); done
+  for j in "${JOBS[@]}"; do wait "$j" || true; done
+  t1=$(date +%s.%N)
+  sleep "$COOL_S"
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid"; done
+  for pid in "${PIDS[@]}"; do wait "$pid" || { echo "controller failed" >&2; cat "$WORK"/ctl-"$p"-*.log >&2; exit 1; }; done
+  PIDS=()
+  errs=$(cat "$WORK"/err-"$p"-* | awk '{ s += $1 } END { print s + 0 }')
+  python3 - "$p" "$r" "$(echo "$t1 - $t0" | bc)" "$errs" "$WORK" "$VOLS" >> "$OUT/elastic-multi.csv" <<'PY'
+import csv, json, sys
+p, r, secs, errs, work, vols = sys.argv[1:]
+waste = adds = rms = 0
+peak = 0
+for v in range(1, int(vols) + 1):
+    st = json.load(open(f"{work}/state-{p}-{v}/status.json"))
+    waste += st["waste_gbh"]
+    rows = list(csv.DictReader(open(f"{work}/series-{p}-{v}.csv")))
+    adds += sum(x["action"] == "add" for x in rows)
+    rms += sum(x["action"] == "remove" for x in rows)
+    peak += max(int(x["allocated"]) for x in rows) >> 20
+print(f"{p},{r},{float(secs):.1f},{errs},{waste:.5f},{adds},{rms},{peak}")
+PY
+  tail -1 "$OUT/elastic-multi.csv" >&2
+done
+
+# Figure 4 style: aggregate over volumes on a 5-second grid (sample and hold).
+python3 - "$WORK" "$VOLS" $POLICIES > "$WORK/fig.csv" <<'PY'
+import csv, sys
+work, vols, pols = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+print("t_s,series,gib")
+for p in pols:
+    if p not in ("reactive-addrm", "predictive"):
+        continue
+    series = [list(csv.DictReader(open(f"{work}/series-{p}-{v}.csv"))) for v in range(1, vols + 1)]
+    t0 = min(float(s[0]["t_s"]) for s in series)
+    end = max(float(s[-1]["t_s"]) for s in series)
+    t = t0
+    while t <= end:
+        tot = {"used": 0, "expected": 0, "allocated": 0}
+        for s in series:
+            last = None
+            for x in s:
+                if float(x["t_s"]) <= t:
+                    last = x
+                else:
+                    break
+            if last:
+                for k in tot:
+                    tot[k] += int(last[k])
+        for k, v in tot.items():
+            print(f"{t - t0:.1f},{p} {k},{v / 2**30:.4f}")
+        t += 5
+PY
+"$BIN" plot lines --csv "$WORK/fig.csv" --x t_s --y gib --series series --out "$OUT/elastic-multi.svg" \
+  --title "Elastic btrfs, $VOLS volumes with sort/merge iterations (aggregate)" \
+  --xlabel "time (s)" --ylabel "GiB"
+
+DIRTY=$(git status --porcelain -- crates/elastic flexssd/src/elastic_cmd.rs flexssd/src/elastic scripts/exp-elastic-multi.sh | head -1)
+OUT=$OUT VOLS=$VOLS ITERS=$ITERS LINES=$LINES COOL_S=$COOL_S COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" python3 - <<'PY'
+import csv, os
+E = os.environ
+rows = {x["policy"]: x for x in csv.DictReader(open(f"{E['OUT']}/elastic-multi.csv"))}
+base = rows.get("prealloc")
+md = ["# Elastic storage: several volumes under an iterative sort/merge job", "",
+      f"Generated by `scripts/exp-elastic-multi.sh` at commit {E['COMMIT']}; do not edit by hand.", "",
+      f"The paper's K-Means case (IPDPS'14 §IV-D: 30 Hadoop VMs, 30 GB input, five iterations) scaled far "
+      f"down to what this 2-core VM runs in minutes: {E['VOLS']} elastic btrfs volumes over vSSDs at once, each "
+      f"with its own controller, each running a job of standard tools — generate {int(E['LINES']) // 10**6} M "
+      f"lines of `key id` (awk, ~{int(E['LINES']) * 20 // 10**6} MB), then {E['ITERS']} iterations of "
+      "transform (awk) → split in 4 → sort each part (temp files on the volume) → merge (sort -m) → "
+      "summary (awk) → delete intermediates. One run per policy (the paper: three); reserves are the "
+      "microbenchmark's. INIT and INC 256 MiB, prealloc 1 GiB per volume, times at 1/4 of the paper's. "
+      f"Completion is the slowest job; waste (GiB·h, 5-second intervals) is summed over volumes from each "
+      f"controller's start to {E['COOL_S']} s after the jobs end.", "",
+      "| policy | reserve | completion s | overhead vs prealloc | app errors | waste GiB·h | vs prealloc | adds / removes (all volumes) |",
+      "|---|---:|---:|---:|---:|---:|---:|---:|"]
+for p, x in rows.items():
+    ov = f"{100 * (float(x['completion_s']) / float(base['completion_s']) - 1):+.1f}%" if base else "–"
+    vs = f"{100 * (1 - float(x['waste_gbh']) / float(base['waste_gbh'])):.0f}% less" if base and p != "prealloc" else "–"
+    md.append(f"| {p} | {x['reserve_mib']} MiB | {float(x['completion_s']):.1f} | {ov} | {x['app_errors']} | "
+              f"{float(x['waste_gbh']):.4f} | {vs} | {x['adds']} / {x['removes']} |")
+md += ["", "The paper (K-Means, 30 VMs): reserves 4 GB (reactive) and 1.5 GB (predictive); overhead 6.3% "
+       "(reactive-addrm) and 5.5% (predictive) against prealloc; waste five-fold (reactive-addrm) and almost "
+       "ten-fold (predictive) below prealloc, predictive 42% below reactive-addrm.", ""]
+if "predictive" in rows and "reactive-addrm" in rows:
+    pw, rw = float(rows["predictive"]["waste_gbh"]), float(rows["reactive-addrm"]["waste_gbh"])
+    red = 100 * (1 - pw / rw) if rw else 0
+    md.append(f"Here predictive wastes {red:.0f}% less than reactive-addrm (paper 42%)"
+              + ("." if red >= 42 else " — **behind the paper**.")
+              + " One run per policy on a shared 2-core VM: completion times are noisy.")
+md += ["", "![aggregate used, expected and allocated](elastic-multi.svg)", ""]
+open(f"{E['OUT']}/elastic-multi.md", "w").write("\n".join(md) + "\n")
+PY
+echo "wrote $OUT/elastic-multi.md" >&2
