@@ -535,7 +535,7 @@ impl HostManager {
                         Some(Outgoing::Evicting(t));
                 }
             }
-            let rt = self.volume_rt(rec, vol);
+            let rt = self.volume_rt(&st, rec, vol);
             let name = rt.rec.name.clone();
             st.harvest.volumes.insert(name.clone(), rt);
             self.refresh_gate(&st, &name);
@@ -547,7 +547,7 @@ impl HostManager {
         Ok(())
     }
 
-    fn volume_rt(&self, rec: HarvestVolumeRecord, vol: Arc<GhostVolume>) -> VolumeRt {
+    fn volume_rt(&self, st: &State, rec: HarvestVolumeRecord, vol: Arc<GhostVolume>) -> VolumeRt {
         let io = Arc::new(IoStats::default());
         let inner: Arc<dyn BlockDev> = vol.clone();
         let mut layer = StatsLayer::new(inner, io.clone());
@@ -561,7 +561,7 @@ impl HostManager {
             };
             Arc::new(priority::PriorityGate::new(
                 self.clock.clone(),
-                slack.unwrap_or(self.max_program_ns()),
+                slack.unwrap_or_else(|| Self::max_program_ns(st)),
                 64 << 10,
             ))
         });
@@ -574,8 +574,9 @@ impl HostManager {
         }
     }
 
-    fn max_program_ns(&self) -> Nanos {
-        let st = self.state.read();
+    /// The slowest page program of the host's devices (the caller holds the
+    /// state lock, so this must not take it).
+    fn max_program_ns(st: &State) -> Nanos {
         st.devices
             .iter()
             .map(|d| d.rec.timing.program_ns)
@@ -1365,7 +1366,7 @@ impl HostManager {
                 ids.join(",")
             ),
         );
-        let rt = self.volume_rt(rec, vol);
+        let rt = self.volume_rt(&st, rec, vol);
         let info = Self::volume_info(&st, &rt);
         st.harvest.volumes.insert(req.name.clone(), rt);
         self.refresh_gate(&st, &req.name);

@@ -460,3 +460,37 @@ fn volumes_and_gssds_survive_a_restart() {
     // The home still lends exactly the gSSD's blocks.
     assert_eq!(m.vssd("reg").unwrap().lent().len(), 2);
 }
+
+#[test]
+fn emulation_mode_gates_volumes_on_shared_channels() {
+    // In emulation mode a harvest volume gets the priority gate; building it
+    // once took the state lock twice (a deadlock), so run it with a time limit.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let clock = Arc::new(VirtualClock::new(0));
+        let text = format!(
+            "mode = \"emulation\"\n{}",
+            config_text("/nonexistent", "memory", "unsold = false")
+        );
+        let cfg = Config::from_toml(&text).unwrap();
+        let m = HostManager::open_with(
+            &cfg,
+            clock,
+            ControlStore::memory().unwrap(),
+            Arc::new(MemCheckpoints::default()),
+        )
+        .unwrap();
+        regular(&m, "reg", &[0, 1]);
+        harvester(&m, "hv", &[2, 3]);
+        m.harvest_tick().unwrap();
+        let g = m.gssds().remove(0);
+        let mib = (g.capacity_bytes >> 20).max(1);
+        m.harvest_volume_create(&req("v", "hv", mib, 1, 120)).unwrap();
+        let e = m.lookup("v").unwrap();
+        tx.send(e.gate.is_some()).unwrap();
+    });
+    let gated = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("creating a harvest volume in emulation mode hung");
+    assert!(gated, "a volume on lent blocks must carry the priority gate");
+}
