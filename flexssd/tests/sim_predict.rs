@@ -77,22 +77,29 @@ fn one_real_workload_every_output_and_deterministic() {
         }
     }
     // Over-provisioning never lowers level accuracy.
-    let acc = |metric: &str, ratio: &str| -> f64 {
+    let acc = |metric: &str, ratio: f64| -> f64 {
         rows.iter()
-            .find(|r| r[2] == metric && r[3] == "lstm" && r[4] == ratio)
+            .find(|r| r[2] == metric && r[3] == "lstm" && r[4].parse::<f64>().unwrap() == ratio)
             .unwrap()[6]
             .parse()
             .unwrap()
     };
-    assert!(acc("bandwidth", "5") >= acc("bandwidth", "0"));
-    assert!(acc("capacity", "5") >= acc("capacity", "0"));
+    assert!(acc("bandwidth", 5.0) >= acc("bandwidth", 0.0));
+    assert!(acc("capacity", 5.0) >= acc("capacity", 0.0));
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
-    // Same input, same numbers.
-    let json1 = ok(&["--input", &input, "--ratios", "0,5", "--json"]);
-    let json2 = ok(&["--input", &input, "--ratios", "0,5", "--json"]);
-    assert_eq!(json1, json2);
-    let v: serde_json::Value = serde_json::from_str(&json1).unwrap();
-    assert_eq!(v.as_array().unwrap().len(), 16);
+    // Same input, same numbers (a second run, as JSON, against the CSV).
+    let json = ok(&["--input", &input, "--ratios", "0,5", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let v = v.as_array().unwrap();
+    assert_eq!(v.len(), 16);
+    for (j, r) in v.iter().zip(&rows) {
+        assert_eq!(j["metric"].as_str().unwrap(), r[2]);
+        let a: f64 = r[6].parse().unwrap();
+        assert!(
+            (j["accuracy"].as_f64().unwrap() - a).abs() < 1e-12,
+            "{j} vs {r:?}"
+        );
+    }
 }
 
 #[test]
