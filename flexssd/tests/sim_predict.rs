@@ -42,6 +42,10 @@ fn one_real_workload_every_output_and_deterministic() {
     }
     let input = format!("cloudphysics:{}", f.display());
     let dir = tempfile::tempdir().unwrap();
+    // Small models keep this fast in a debug build; the paper's sizes run in the script.
+    let cfg = dir.path().join("small.toml");
+    std::fs::write(&cfg, "epochs = 1\n[duration]\nhidden = 8\n").unwrap();
+    let cfg = cfg.to_str().unwrap();
     let csv = dir.path().join("p.csv");
     let svg = dir.path().join("p.svg");
     let table = ok(&[
@@ -49,6 +53,8 @@ fn one_real_workload_every_output_and_deterministic() {
         &input,
         "--ratios",
         "0,5",
+        "--config",
+        cfg,
         "--csv",
         csv.to_str().unwrap(),
         "--plot",
@@ -88,7 +94,9 @@ fn one_real_workload_every_output_and_deterministic() {
     assert!(acc("capacity", 5.0) >= acc("capacity", 0.0));
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     // Same input, same numbers (a second run, as JSON, against the CSV).
-    let json = ok(&["--input", &input, "--ratios", "0,5", "--json"]);
+    let json = ok(&[
+        "--input", &input, "--ratios", "0,5", "--config", cfg, "--json",
+    ]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let v = v.as_array().unwrap();
     assert_eq!(v.len(), 16);
