@@ -312,3 +312,93 @@ pub fn cli_ok(d: &Daemon, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Whether real file systems can be mounted here (root, /dev/fuse, loop
+/// devices, nbdfuse); the reason when not.
+pub fn fs_ready() -> Result<(), String> {
+    if !is_root() {
+        return Err("needs root for losetup and mount".into());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err("/dev/fuse is missing".into());
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        return Err("no loop devices (/dev/loop-control)".into());
+    }
+    for t in ["nbdfuse", "losetup", "fusermount3"] {
+        if !have(t) {
+            return Err(format!("{t} is not installed"));
+        }
+    }
+    Ok(())
+}
+
+/// nbdfuse mount + loop device, torn down on drop even if the test panics.
+pub struct Attached {
+    pub fuse: std::process::Child,
+    pub fuse_dir: std::path::PathBuf,
+    pub loopdev: String,
+    pub mnt: std::path::PathBuf,
+}
+
+impl Attached {
+    /// Exposes `export` as a file with nbdfuse and attaches a loop device to it.
+    pub fn new(d: &Daemon, export: &str) -> Attached {
+        let fuse_dir = d.path().join(format!("fuse-{export}"));
+        let mnt = d.path().join(format!("mnt-{export}"));
+        std::fs::create_dir_all(&fuse_dir).unwrap();
+        std::fs::create_dir_all(&mnt).unwrap();
+        let pid = d.path().join(format!("nbdfuse-{export}.pid"));
+        let _ = std::fs::remove_file(&pid);
+        // nbdfuse serves in the foreground; it writes the pid file once mounted.
+        let fuse = std::process::Command::new("nbdfuse")
+            .args([
+                "-P",
+                pid.to_str().unwrap(),
+                fuse_dir.to_str().unwrap(),
+                &d.uri(export),
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // From here on, Drop cleans up whatever was set up.
+        let mut a = Attached {
+            fuse,
+            fuse_dir,
+            loopdev: String::new(),
+            mnt,
+        };
+        let file = a.fuse_dir.join("nbd");
+        let t0 = std::time::Instant::now();
+        while !(pid.exists() && file.exists()) {
+            assert!(a.fuse.try_wait().unwrap().is_none(), "nbdfuse exited early");
+            assert!(t0.elapsed().as_secs() < 30, "nbdfuse did not mount in 30 s");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = run("losetup", &["--find", "--show", file.to_str().unwrap()]);
+        a.loopdev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        a
+    }
+
+    /// Mounts the loop device on its directory.
+    pub fn mount(&self) {
+        run("mount", &[&self.loopdev, self.mnt.to_str().unwrap()]);
+    }
+
+    /// Unmounts it.
+    pub fn umount(&self) {
+        run("umount", &[self.mnt.to_str().unwrap()]);
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        let _ = run_any("umount", &[self.mnt.to_str().unwrap()]);
+        if !self.loopdev.is_empty() {
+            let _ = run_any("losetup", &["-d", &self.loopdev]);
+        }
+        let _ = run_any("fusermount3", &["-u", self.fuse_dir.to_str().unwrap()]);
+        let _ = self.fuse.kill();
+        let _ = self.fuse.wait();
+    }
+}

@@ -7,9 +7,11 @@
 //! harvest volume's export gets an admission [`Gate`] that admits a piece only when
 //! every die of the channels it shares with regular tenants will be free within
 //! `slack` (one page program by default); otherwise it asks again when the busiest
-//! of them frees up. A regular request therefore never finds more than about
-//! `slack` plus one harvest operation ahead of it on a die, and harvest traffic
-//! fills the gaps. Channels of unsold gSSDs are shared with nobody and are not
+//! of them frees up. Pieces admitted together would all see idle dies, so the
+//! gate also books each admitted piece's share of die time (its pages spread
+//! over the shared dies, at the device's read or program time) and counts it as
+//! busy for the next. A regular request therefore finds little more than `slack`
+//! of harvest work ahead of it on a die, and harvest traffic fills the gaps. Channels of unsold gSSDs are shared with nobody and are not
 //! gated. Only in emulation mode, where the dies' timelines follow the clock.
 
 use std::sync::Arc;
@@ -26,6 +28,9 @@ pub(in crate::manager) struct PriorityGate {
     piece: u64,
     /// (device, channel) the volume shares with a regular tenant.
     shared: RwLock<Vec<(Arc<FlashDevice>, u32)>>,
+    /// Die time already promised to admitted pieces that may not have reached
+    /// the flash yet.
+    booked: parking_lot::Mutex<Nanos>,
 }
 
 impl std::fmt::Debug for PriorityGate {
@@ -46,30 +51,46 @@ impl PriorityGate {
             slack,
             piece,
             shared: RwLock::new(Vec::new()),
+            booked: parking_lot::Mutex::new(0),
         }
     }
 
     /// Replaces the shared channels (after the volume's gSSDs changed).
     pub(in crate::manager) fn set_shared(&self, shared: Vec<(Arc<FlashDevice>, u32)>) {
         *self.shared.write() = shared;
+        // Work promised to the old channels says nothing about the new ones.
+        *self.booked.lock() = 0;
     }
 }
 
 impl Gate for PriorityGate {
-    fn reserve(&self, _dir: Dir, _len: u64) -> IoResult<Admit> {
+    fn reserve(&self, dir: Dir, len: u64) -> IoResult<Admit> {
         let now = self.clock.now();
-        let busy = self
-            .shared
-            .read()
+        let shared = self.shared.read();
+        let Some((dev, _)) = shared.first() else {
+            return Ok(Admit::At(now));
+        };
+        let flash_busy = shared
             .iter()
             .map(|(d, c)| d.channel_busy_until(*c))
             .max()
             .unwrap_or(0);
-        Ok(if busy <= now.saturating_add(self.slack) {
-            Admit::At(now)
-        } else {
-            Admit::Retry(busy - self.slack)
-        })
+        let mut booked = self.booked.lock();
+        let busy = flash_busy.max(*booked);
+        if busy > now.saturating_add(self.slack) {
+            return Ok(Admit::Retry(busy - self.slack));
+        }
+        // This piece's share of each shared die: its pages spread over them.
+        let geo = dev.geometry();
+        let t = dev.timing();
+        let dies = (shared.len() as u64 * u64::from(geo.dies_per_channel)).max(1);
+        let pages = len.div_ceil(u64::from(geo.page_size)).max(1);
+        let op = match dir {
+            Dir::Read => t.read_ns,
+            Dir::Write => t.program_ns,
+        };
+        *booked = busy.max(now).saturating_add(pages.div_ceil(dies) * op);
+        Ok(Admit::At(now))
     }
 
     fn clock(&self) -> &Arc<dyn Clock> {
@@ -104,8 +125,17 @@ mod tests {
         assert_eq!(g.max_piece(), 64 << 10);
         // Nothing shared: always admitted.
         assert_eq!(g.reserve(Dir::Write, 4096).unwrap(), Admit::At(1_000));
+        assert_eq!(g.reserve(Dir::Write, 4096).unwrap(), Admit::At(1_000));
         g.set_shared(vec![(dev.clone(), 0)]);
         assert_eq!(g.reserve(Dir::Read, 4096).unwrap(), Admit::At(1_000));
+        // That read booked one page read on the die: a second piece still fits
+        // in the slack, but pieces admitted together cannot pile up unseen.
+        assert_eq!(g.reserve(Dir::Write, 4096).unwrap(), Admit::At(1_000));
+        match g.reserve(Dir::Write, 4096).unwrap() {
+            Admit::Retry(at) => assert_eq!(at, 1_000 + t.read_ns),
+            other => panic!("a third piece went ahead of booked work: {other:?}"),
+        }
+        clock.set(1_000 + t.read_ns + t.program_ns);
         // The regular tenant books three programs on channel 0's die.
         let oob = Oob {
             owner: 1,
