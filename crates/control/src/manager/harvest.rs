@@ -547,7 +547,7 @@ impl HostManager {
         Ok(())
     }
 
-    fn volume_rt(&self, st: &State, rec: HarvestVolumeRecord, vol: Arc<GhostVolume>) -> VolumeRt {
+    fn volume_rt(&self, _st: &State, rec: HarvestVolumeRecord, vol: Arc<GhostVolume>) -> VolumeRt {
         let io = Arc::new(IoStats::default());
         let inner: Arc<dyn BlockDev> = vol.clone();
         let mut layer = StatsLayer::new(inner, io.clone());
@@ -555,13 +555,9 @@ impl HostManager {
             layer = layer.timed(self.clock.clone());
         }
         let gate = (self.mode == Mode::Emulation).then(|| {
-            let slack = match self.harvest_settings.priority_slack_us {
-                0 => None,
-                us => Some(us.saturating_mul(1000)),
-            };
             Arc::new(priority::PriorityGate::new(
                 self.clock.clone(),
-                slack.unwrap_or_else(|| Self::max_program_ns(st)),
+                self.harvest_settings.priority_slack_us.saturating_mul(1000),
                 64 << 10,
             ))
         });
@@ -572,16 +568,6 @@ impl HostManager {
             export: Arc::new(Layered(layer)),
             gate,
         }
-    }
-
-    /// The slowest page program of the host's devices (the caller holds the
-    /// state lock, so this must not take it).
-    fn max_program_ns(st: &State) -> Nanos {
-        st.devices
-            .iter()
-            .map(|d| d.rec.timing.program_ns)
-            .max()
-            .unwrap_or(0)
     }
 
     /// Points a volume's priority gate at the channels its gSSDs share with

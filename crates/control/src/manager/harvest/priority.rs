@@ -6,7 +6,7 @@
 //! priority has to be decided before a harvest request reaches the die: the
 //! harvest volume's export gets an admission [`Gate`] that admits a piece only when
 //! every die of the channels it shares with regular tenants will be free within
-//! `slack` (one page program by default); otherwise it asks again when the busiest
+//! `slack` (1 µs by default: idle); otherwise it asks again when the busiest
 //! of them frees up. Pieces admitted together would all see idle dies, so the
 //! gate also books each admitted piece's share of die time (its pages spread
 //! over the shared dies, at the device's read or program time) and counts it as
