@@ -271,7 +271,10 @@ fn evaluate(
         }
     }
     let mut judged = 0usize;
-    let mut run_start = 0usize; // start of the current run at or below the current level
+    // Start of the current run at or below the current level.
+    let mut run_start = 0usize;
+    // `k` is the window number: it times the step and indexes several series.
+    #[allow(clippy::needless_range_loop)]
     for k in 0..n {
         let now = k as Nanos * step;
         // Level: predict window k from windows < k, then observe it.

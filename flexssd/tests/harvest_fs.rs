@@ -105,22 +105,41 @@ fn btrfs_grows_onto_harvested_flash_survives_a_migration_and_gives_it_back() {
     }
     let d = Daemon::start(CONFIG);
     let t0 = Instant::now();
-    while d.get("/v1/gssds").is_none_or(|g| g.matches("\"id\"").count() < 2) {
+    while d
+        .get("/v1/gssds")
+        .is_none_or(|g| g.matches("\"id\"").count() < 2)
+    {
         assert!(t0.elapsed() < Duration::from_secs(20), "no gSSDs lent");
         std::thread::sleep(Duration::from_millis(50));
     }
     let base = Attached::new(&d, "hv");
-    run("mkfs.btrfs", &["-f", "-q", "-d", "single", "-m", "single", &base.loopdev]);
+    run(
+        "mkfs.btrfs",
+        &["-f", "-q", "-d", "single", "-m", "single", &base.loopdev],
+    );
     base.mount();
     let mnt = base.mnt.clone();
 
     // Grow onto harvested flash.
     cli_ok(
         &d,
-        &["harvest", "request", "h1", "--tenant", "hv", "--capacity", "64M", "--duration", "600"],
+        &[
+            "harvest",
+            "request",
+            "h1",
+            "--tenant",
+            "hv",
+            "--capacity",
+            "64M",
+            "--duration",
+            "600",
+        ],
     );
     let h1 = Attached::new(&d, "h1");
-    run("btrfs", &["device", "add", "-f", &h1.loopdev, mnt.to_str().unwrap()]);
+    run(
+        "btrfs",
+        &["device", "add", "-f", &h1.loopdev, mnt.to_str().unwrap()],
+    );
     let written = files(&mnt);
     // Spread the data over both devices (the allocator picks the device with
     // the most unallocated space, so relocated chunks land on the new one).
@@ -156,7 +175,11 @@ fn btrfs_grows_onto_harvested_flash_survives_a_migration_and_gives_it_back() {
             &format!("--uri={}", d.uri(&home)),
         ],
     );
-    assert!(fill.status.success(), "{}", String::from_utf8_lossy(&fill.stderr));
+    assert!(
+        fill.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fill.stderr)
+    );
     let t0 = Instant::now();
     loop {
         let (_, v) = http(&d, "GET", "/v1/harvest/volumes/h1", None);
@@ -174,7 +197,10 @@ fn btrfs_grows_onto_harvested_flash_survives_a_migration_and_gives_it_back() {
 
     // Give the flash back as a file system does: btrfs moves the data off the
     // device first, then the volume is released.
-    run("btrfs", &["device", "remove", &h1.loopdev, mnt.to_str().unwrap()]);
+    run(
+        "btrfs",
+        &["device", "remove", &h1.loopdev, mnt.to_str().unwrap()],
+    );
     drop(h1);
     cli_ok(&d, &["harvest", "release", "h1"]);
     verify(&written, &mnt, "after giving the harvested device back");

@@ -36,11 +36,11 @@ pub use error::{ControlError, ErrorKind, Result};
 pub use manager::{
     channel_list, DeviceInfo, EraseCounts, HostManager, HostStats, VssdInfo, VssdSlaInfo, VssdStats,
 };
-pub use manager::{TierInfo, TierVolumeIo};
 pub use manager::{
     GssdInfo, HarvestEvent, HarvestEventKind, HarvestRequest, HarvestStatus, HarvestVolumeInfo,
     MigrationInfo,
 };
+pub use manager::{TierInfo, TierVolumeIo};
 pub use size::{format_size, parse_size, BlockRange, ByteSize};
 pub use store::{
     ControlStore, DeviceRecord, GhostMeta, HarvestVolumeRecord, SegmentRecord, TenantKind,

@@ -699,7 +699,11 @@ impl HostManager {
             {
                 let mut st = self.state.write();
                 let id = st.harvest_gssd_of(&other);
-                self.reclaim_now_ids(&mut st, id.into_iter().collect(), "a regular vSSD asked for its channels")?;
+                self.reclaim_now_ids(
+                    &mut st,
+                    id.into_iter().collect(),
+                    "a regular vSSD asked for its channels",
+                )?;
                 drop(st);
                 self.place(spec)?
             }

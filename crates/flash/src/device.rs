@@ -369,12 +369,18 @@ mod tests {
     fn channel_busy_until_is_the_busiest_die() {
         let d = FlashDevice::memory(small(), Timing::default()).unwrap();
         assert_eq!(d.channel_busy_until(0), 0);
-        assert_eq!(d.channel_busy_until(9), 0, "no such channel: nothing booked");
+        assert_eq!(
+            d.channel_busy_until(9),
+            0,
+            "no such channel: nothing booked"
+        );
         let geo = small();
         let t = Timing::default();
         // Two programs on die 1 of channel 1 queue; channel 0 stays idle.
         let b = geo.block_id(1, 1, 0, 0);
-        let first = d.program(geo.first_page(b), &[1u8; 4096], &rec(0, 1), 0).unwrap();
+        let first = d
+            .program(geo.first_page(b), &[1u8; 4096], &rec(0, 1), 0)
+            .unwrap();
         let second = d
             .program(geo.first_page(b) + 1, &[2u8; 4096], &rec(1, 2), 0)
             .unwrap();

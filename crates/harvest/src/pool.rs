@@ -258,7 +258,10 @@ impl GssdPool {
     /// goes back to the lists as it was, without the release rule, because the
     /// tenant never used it.
     pub fn unassign(&mut self, id: GssdId, tenant: TenantId) -> Result<(), HarvestError> {
-        let g = self.gssds.get_mut(&id).ok_or(HarvestError::UnknownGssd(id))?;
+        let g = self
+            .gssds
+            .get_mut(&id)
+            .ok_or(HarvestError::UnknownGssd(id))?;
         if g.tenant != Some(tenant) {
             return Err(HarvestError::NotAssignedTo {
                 id,
@@ -488,7 +491,11 @@ mod tests {
         assert!(p.best_fit(&demand(1, 1, 1), 0).unwrap().is_none());
         assert_eq!(
             p.unassign(1, 8),
-            Err(HarvestError::NotAssignedTo { id: 1, tenant: 8, actual: Some(9) })
+            Err(HarvestError::NotAssignedTo {
+                id: 1,
+                tenant: 8,
+                actual: Some(9)
+            })
         );
         // Unlike release, no horizon rule: it stays in the pool.
         p.unassign(1, 9).unwrap();

@@ -209,6 +209,13 @@ fn stripes_of_a_steep_curve_add_up() {
         seed: 0,
     };
     let mut p = Placer::new(catalog(false), cfg);
-    p.place(TenantId(0), TenantSla { curve, percentile: Percentile::P999 }).unwrap();
+    p.place(
+        TenantId(0),
+        TenantSla {
+            curve,
+            percentile: Percentile::P999,
+        },
+    )
+    .unwrap();
     units_hold(&p).unwrap();
 }

@@ -328,7 +328,10 @@ impl State {
 
     /// The gSSD id of a ghost vSSD.
     pub(super) fn harvest_gssd_of(&self, name: &str) -> Option<GssdId> {
-        self.vssds.get(name).and_then(|e| ghost_meta(&e.rec)).map(|m| m.gssd)
+        self.vssds
+            .get(name)
+            .and_then(|e| ghost_meta(&e.rec))
+            .map(|m| m.gssd)
     }
 
     /// The harvest volumes of a harvest tenant.
@@ -450,8 +453,13 @@ impl HostManager {
                 .filter(|g| ghost_meta(g).and_then(|m| m.home.as_deref()) == Some(home.as_str()))
                 .flat_map(|g| g.extents.clone())
                 .collect::<Vec<_>>();
-            let orphans: Vec<Extent> =
-                e.rec.lent.iter().filter(|x| !held.contains(x)).copied().collect();
+            let orphans: Vec<Extent> = e
+                .rec
+                .lent
+                .iter()
+                .filter(|x| !held.contains(x))
+                .copied()
+                .collect();
             if !orphans.is_empty() {
                 warn!(vssd = %home, ?orphans, "lent blocks with no gSSD: taking them back");
                 e.vssd.take_back(&orphans)?;
@@ -530,7 +538,12 @@ impl HostManager {
                     .assign(s.gssd, rec.id)?;
                 if let Some(t) = rec.evict_by {
                     // Still under notice: out of the pool again, deadline kept.
-                    st.harvest.pools.get_mut(&device).expect("pool").remove(s.gssd).ok();
+                    st.harvest
+                        .pools
+                        .get_mut(&device)
+                        .expect("pool")
+                        .remove(s.gssd)
+                        .ok();
                     st.harvest.gssds.get_mut(&s.gssd).expect("gssd").out =
                         Some(Outgoing::Evicting(t));
                 }
@@ -804,7 +817,10 @@ impl HostManager {
                         Some(m.from),
                         Some(&m.volume),
                         None,
-                        format!("volume {} moved from gSSD {} to gSSD {}", m.volume, m.from, m.to),
+                        format!(
+                            "volume {} moved from gSSD {} to gSSD {}",
+                            m.volume, m.from, m.to
+                        ),
                     );
                     self.return_home(st, m.from, "after migrating its data away")?;
                 }
@@ -821,12 +837,11 @@ impl HostManager {
                     let dev = st.harvest.gssds[&m.to].device.clone();
                     let vid = st.harvest.volumes.get(&m.volume).map(|v| v.rec.id);
                     if let Some(vid) = vid {
-                        let r = st
-                            .harvest
-                            .pools
-                            .get_mut(&dev)
-                            .expect("pool")
-                            .release(m.to, vid, self.clock.now())?;
+                        let r = st.harvest.pools.get_mut(&dev).expect("pool").release(
+                            m.to,
+                            vid,
+                            self.clock.now(),
+                        )?;
                         self.carry_out_release(st, r.gssd, r.action)?;
                     }
                     self.evict(st, m.from, &m.volume)?;
@@ -1046,7 +1061,10 @@ impl HostManager {
                 .iter()
                 .filter(|g| {
                     st.harvest.gssds.get(&g.id).is_some_and(|rt| {
-                        rt.home.as_ref().and_then(|h| st.vssds.get(h)).is_none_or(|h| !h.vssd.needs_reclaim())
+                        rt.home
+                            .as_ref()
+                            .and_then(|h| st.vssds.get(h))
+                            .is_none_or(|h| !h.vssd.needs_reclaim())
                     })
                 })
                 .map(|g| (g.id, now.saturating_add(lend_for)))
@@ -1257,7 +1275,10 @@ impl HostManager {
                 });
                 if let Some(id) = fit {
                     let bytes = st.vssds[&st.harvest.gssds[&id].name].rec.capacity_bytes;
-                    if best.as_ref().is_none_or(|b| bytes < b.2 && bytes >= left || b.2 < left && bytes > b.2) {
+                    if best
+                        .as_ref()
+                        .is_none_or(|b| bytes < b.2 && bytes >= left || b.2 < left && bytes > b.2)
+                    {
                         best = Some((device.clone(), id, bytes));
                     }
                 }
@@ -1295,7 +1316,12 @@ impl HostManager {
                     why,
                 });
             };
-            let g = st.harvest.pools.get_mut(&device).expect("pool").assign(id, vid)?;
+            let g = st
+                .harvest
+                .pools
+                .get_mut(&device)
+                .expect("pool")
+                .assign(id, vid)?;
             bw_left = bw_left.saturating_sub(g.bandwidth);
             left = left.saturating_sub(bytes);
             picked.push((device, id, bytes));
@@ -1483,7 +1509,12 @@ impl HostManager {
         self.reclaim_now(st, take, "a regular vSSD needs the unsold channels")
     }
 
-    pub(super) fn reclaim_now_ids(&self, st: &mut State, ids: Vec<GssdId>, why: &str) -> Result<()> {
+    pub(super) fn reclaim_now_ids(
+        &self,
+        st: &mut State,
+        ids: Vec<GssdId>,
+        why: &str,
+    ) -> Result<()> {
         self.reclaim_now(st, ids, why)
     }
 
@@ -1599,14 +1630,10 @@ impl HostManager {
             };
             let meta = ghost_meta(&e.rec).cloned();
             let pooled = st.harvest.pools.get(&rt.device).and_then(|p| p.get(id));
-            let volume = st
-                .harvest
-                .volumes
-                .values()
-                .find(|v| {
-                    v.rec.segments.iter().any(|s| s.gssd == id)
-                        || pooled.and_then(|g| g.tenant) == Some(v.rec.id)
-                });
+            let volume = st.harvest.volumes.values().find(|v| {
+                v.rec.segments.iter().any(|s| s.gssd == id)
+                    || pooled.and_then(|g| g.tenant) == Some(v.rec.id)
+            });
             out.push(GssdInfo {
                 id,
                 vssd: rt.name.clone(),
@@ -1687,7 +1714,12 @@ impl HostManager {
                 .count(),
             events: HarvestEventKind::ALL
                 .iter()
-                .map(|k| (k.name().to_string(), st.harvest.counts.get(k).copied().unwrap_or(0)))
+                .map(|k| {
+                    (
+                        k.name().to_string(),
+                        st.harvest.counts.get(k).copied().unwrap_or(0),
+                    )
+                })
                 .collect(),
         }
     }

@@ -160,9 +160,6 @@ mod tests {
         // Busy dies on a channel the volume does not share do not matter.
         g.set_shared(vec![(dev.clone(), 1)]);
         let _ = dev.program(8, &[0u8; 4096], &oob, clock.now()).unwrap();
-        assert_eq!(
-            g.reserve(Dir::Write, 4096).unwrap(),
-            Admit::At(clock.now())
-        );
+        assert_eq!(g.reserve(Dir::Write, 4096).unwrap(), Admit::At(clock.now()));
     }
 }

@@ -119,7 +119,10 @@ fn check_all(dev: &dyn BlockDev, seed: u64) {
     while off < dev.size() {
         let n = chunk.min(dev.size() - off) as usize;
         dev.read(off, &mut buf[..n]).unwrap();
-        assert!(buf[..n] == pattern(seed + off, n)[..], "wrong data at {off}");
+        assert!(
+            buf[..n] == pattern(seed + off, n)[..],
+            "wrong data at {off}"
+        );
         off += n as u64;
     }
 }
@@ -152,7 +155,10 @@ fn unsold_channels_and_idle_free_blocks_become_gssds() {
     assert_eq!(unsold.len(), 1, "{g:?}");
     assert_eq!(unsold[0].channels, vec![4, 5, 6, 7]);
     assert_eq!(unsold[0].capacity_blocks, 4 * 64);
-    let lent: Vec<_> = g.iter().filter(|g| g.home.as_deref() == Some("reg")).collect();
+    let lent: Vec<_> = g
+        .iter()
+        .filter(|g| g.home.as_deref() == Some("reg"))
+        .collect();
     assert_eq!(lent.len(), 1, "a home lends at most one gSSD: {g:?}");
     assert_eq!(lent[0].channels, vec![0, 1]);
     assert!(lent[0].capacity_blocks > 0 && lent[0].capacity_blocks % 8 == 0);
@@ -178,17 +184,26 @@ fn a_volume_is_served_by_best_fit_and_released_erased() {
     regular(&h.m, "reg", &[0, 1]);
     harvester(&h.m, "hv", &[2, 3]);
     h.m.harvest_tick().unwrap();
-    let small = h.m.gssds().into_iter().min_by_key(|g| g.capacity_blocks).unwrap();
+    let small =
+        h.m.gssds()
+            .into_iter()
+            .min_by_key(|g| g.capacity_blocks)
+            .unwrap();
     // A demand the smaller gSSD covers goes there (best fit), not to the unsold one.
     let mib = (small.capacity_bytes >> 20).max(1);
-    let v = h.m.harvest_volume_create(&req("v1", "hv", mib, 1, 120)).unwrap();
+    let v =
+        h.m.harvest_volume_create(&req("v1", "hv", mib, 1, 120))
+            .unwrap();
     assert_eq!(v.segments.len(), 1);
     assert_eq!(v.segments[0].gssd, small.id);
     let dev = export(&h.m, "v1");
     write_all(&*dev, 1);
     check_all(&*dev, 1);
     let g = h.m.gssds().into_iter().find(|g| g.id == small.id).unwrap();
-    assert_eq!((g.in_use, g.volume.as_deref(), g.tenant.as_deref()), (true, Some("v1"), Some("hv")));
+    assert_eq!(
+        (g.in_use, g.volume.as_deref(), g.tenant.as_deref()),
+        (true, Some("v1"), Some("hv"))
+    );
     // Job end long before expiry: the gSSD is erased and goes back to the pool.
     h.m.harvest_volume_release("v1").unwrap();
     assert!(h.m.lookup("v1").is_none());
@@ -196,7 +211,8 @@ fn a_volume_is_served_by_best_fit_and_released_erased() {
     assert_eq!(g.state, "pool");
     assert!(kinds(&h.m).contains(&HarvestEventKind::Pooled));
     // The next tenant on it reads zeros only.
-    h.m.harvest_volume_create(&req("v2", "hv", mib, 1, 120)).unwrap();
+    h.m.harvest_volume_create(&req("v2", "hv", mib, 1, 120))
+        .unwrap();
     let dev = export(&h.m, "v2");
     let mut buf = vec![0xAAu8; dev.size() as usize];
     dev.read(0, &mut buf).unwrap();
@@ -219,14 +235,18 @@ fn under_harvest_attaches_several_gssds_or_raises_an_exception() {
     // More than any one gSSD, less than all: two gSSDs back one volume.
     let want = (biggest >> 20) + 1;
     assert!(want << 20 <= total);
-    let v = h.m.harvest_volume_create(&req("big", "hv", want, 1, 120)).unwrap();
+    let v =
+        h.m.harvest_volume_create(&req("big", "hv", want, 1, 120))
+            .unwrap();
     assert_eq!(v.segments.len(), 2, "{v:?}");
     let dev = export(&h.m, "big");
     write_all(&*dev, 7);
     check_all(&*dev, 7);
     // Nothing left: an exception, and nothing half-taken.
     let before = h.m.gssds();
-    let e = h.m.harvest_volume_create(&req("more", "hv", 1, 1, 120)).unwrap_err();
+    let e =
+        h.m.harvest_volume_create(&req("more", "hv", 1, 1, 120))
+            .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NoSpace, "{e}");
     assert!(e.to_string().contains("cannot harvest"), "{e}");
     assert_eq!(h.m.gssds(), before);
@@ -234,7 +254,9 @@ fn under_harvest_attaches_several_gssds_or_raises_an_exception() {
     assert_eq!(kinds(&h.m).last(), Some(&HarvestEventKind::Exception));
     // Too long a demand is an exception as well (nothing lasts 2 hours).
     h.m.harvest_volume_release("big").unwrap();
-    let e = h.m.harvest_volume_create(&req("long", "hv", 1, 1, 7200)).unwrap_err();
+    let e =
+        h.m.harvest_volume_create(&req("long", "hv", 1, 1, 7200))
+            .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NoSpace);
 }
 
@@ -245,7 +267,10 @@ fn fill_home(h: &H, name: &str) {
     let chunk = 256 << 10;
     let mut off = 0;
     while !home.needs_reclaim() {
-        assert!(off < dev.size(), "the home filled up without asking for its blocks");
+        assert!(
+            off < dev.size(),
+            "the home filled up without asking for its blocks"
+        );
         dev.write(off, &pattern(99 + off, chunk), false).unwrap();
         off += chunk as u64;
     }
@@ -259,7 +284,9 @@ fn early_reclamation_migrates_the_data_online() {
     h.m.harvest_tick().unwrap();
     let lent = h.m.gssds().into_iter().find(|g| g.home.is_some()).unwrap();
     let mib = (lent.capacity_bytes >> 20).max(1);
-    let v = h.m.harvest_volume_create(&req("v", "hv", mib, 1, 300)).unwrap();
+    let v =
+        h.m.harvest_volume_create(&req("v", "hv", mib, 1, 300))
+            .unwrap();
     assert_eq!(v.segments[0].gssd, lent.id);
     let dev = export(&h.m, "v");
     write_all(&*dev, 3);
@@ -291,7 +318,8 @@ fn early_reclamation_with_nowhere_to_go_evicts_with_a_deadline() {
     assert_eq!(h.m.gssds().len(), 1);
     let g = h.m.gssds().remove(0);
     let mib = (g.capacity_bytes >> 20).max(1);
-    h.m.harvest_volume_create(&req("v", "hv", mib, 1, 300)).unwrap();
+    h.m.harvest_volume_create(&req("v", "hv", mib, 1, 300))
+        .unwrap();
     let dev = export(&h.m, "v");
     write_all(&*dev, 5);
     fill_home(&h, "reg");
@@ -329,16 +357,17 @@ fn a_regular_vssd_gets_unsold_channels_back() {
     let two = g.iter().find(|g| g.bandwidth == 2).unwrap().clone();
     let mib = (two.capacity_bytes >> 20).max(1);
     // The tenant's data sits on the 4-channel gSSD (best fit for 3 channels).
-    let v = h.m.harvest_volume_create(&req("v", "hv", mib, 3, 120)).unwrap();
+    let v =
+        h.m.harvest_volume_create(&req("v", "hv", mib, 3, 120))
+            .unwrap();
     assert_eq!(v.segments[0].gssd, four.id);
     let dev = export(&h.m, "v");
     write_all(&*dev, 11);
     // A regular tenant buys 6 channels: the free gSSD goes at once, the used one
     // migrates... to nowhere big enough for 3 channels, so it is evicted and the
     // purchase waits for the deadline.
-    let e = h
-        .m
-        .create_vssd(&VssdSpec {
+    let e =
+        h.m.create_vssd(&VssdSpec {
             name: "buyer".into(),
             channels: Some(6),
             ..Default::default()
@@ -366,10 +395,18 @@ fn bad_requests_are_refused_and_take_nothing() {
     let before = h.m.gssds();
     for (r, kind, text) in [
         (req("x", "nobody", 1, 1, 60), ErrorKind::NotFound, "nobody"),
-        (req("x", "reg", 1, 1, 60), ErrorKind::BadRequest, "not a harvest tenant"),
+        (
+            req("x", "reg", 1, 1, 60),
+            ErrorKind::BadRequest,
+            "not a harvest tenant",
+        ),
         (req("x", "hv", 0, 1, 60), ErrorKind::BadRequest, "capacity"),
         (req("x", "hv", 1, 0, 60), ErrorKind::BadRequest, "channel"),
-        (req("bad name", "hv", 1, 1, 60), ErrorKind::BadRequest, "invalid"),
+        (
+            req("bad name", "hv", 1, 1, 60),
+            ErrorKind::BadRequest,
+            "invalid",
+        ),
         (req("reg", "hv", 1, 1, 60), ErrorKind::Conflict, "reg"),
         (req("x", "hv", 1, 1, 0), ErrorKind::BadRequest, "duration"),
     ] {
@@ -381,9 +418,8 @@ fn bad_requests_are_refused_and_take_nothing() {
     let e = h.m.harvest_volume_release("nope").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound);
     // gSSD names are reserved, gSSDs cannot be deleted as vSSDs.
-    let e = h
-        .m
-        .create_vssd(&VssdSpec {
+    let e =
+        h.m.create_vssd(&VssdSpec {
             name: "gssd-77".into(),
             channels: Some(1),
             ..Default::default()
@@ -414,13 +450,25 @@ fn deleting_a_home_takes_its_gssd_back_first() {
     regular(&h.m, "b", &[2, 3]);
     harvester(&h.m, "hv", &[4, 5]);
     h.m.harvest_tick().unwrap();
-    let ga = h.m.gssds().into_iter().find(|g| g.home.as_deref() == Some("a")).unwrap();
+    let ga =
+        h.m.gssds()
+            .into_iter()
+            .find(|g| g.home.as_deref() == Some("a"))
+            .unwrap();
     let mib = (ga.capacity_bytes >> 20).max(1);
-    let v = h.m.harvest_volume_create(&req("v", "hv", mib, 1, 120)).unwrap();
+    let v =
+        h.m.harvest_volume_create(&req("v", "hv", mib, 1, 120))
+            .unwrap();
     let on = v.segments[0].gssd;
     let dev = export(&h.m, "v");
     write_all(&*dev, 21);
-    let home = h.m.gssds().into_iter().find(|g| g.id == on).unwrap().home.unwrap();
+    let home =
+        h.m.gssds()
+            .into_iter()
+            .find(|g| g.id == on)
+            .unwrap()
+            .home
+            .unwrap();
     // Deleting the home migrates the volume to the other home's gSSD first.
     h.m.delete_vssd(&home).unwrap();
     let v = h.m.harvest_volume("v").unwrap();
@@ -434,8 +482,7 @@ fn deleting_a_home_takes_its_gssd_back_first() {
 #[test]
 fn volumes_and_gssds_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg =
-        Config::from_toml(&config_text(dir.path().to_str().unwrap(), "file", "")).unwrap();
+    let cfg = Config::from_toml(&config_text(dir.path().to_str().unwrap(), "file", "")).unwrap();
     let clock = Arc::new(VirtualClock::new(0));
     let gid;
     {
@@ -446,7 +493,8 @@ fn volumes_and_gssds_survive_a_restart() {
         let g = m.gssds().into_iter().find(|g| g.home.is_some()).unwrap();
         gid = g.id;
         let mib = (g.capacity_bytes >> 20).max(1);
-        m.harvest_volume_create(&req("v", "hv", mib, 1, 300)).unwrap();
+        m.harvest_volume_create(&req("v", "hv", mib, 1, 300))
+            .unwrap();
         write_all(&*export(&m, "v"), 31);
         m.shutdown().unwrap();
     }
@@ -485,12 +533,16 @@ fn emulation_mode_gates_volumes_on_shared_channels() {
         m.harvest_tick().unwrap();
         let g = m.gssds().remove(0);
         let mib = (g.capacity_bytes >> 20).max(1);
-        m.harvest_volume_create(&req("v", "hv", mib, 1, 120)).unwrap();
+        m.harvest_volume_create(&req("v", "hv", mib, 1, 120))
+            .unwrap();
         let e = m.lookup("v").unwrap();
         tx.send(e.gate.is_some()).unwrap();
     });
     let gated = rx
         .recv_timeout(std::time::Duration::from_secs(30))
         .expect("creating a harvest volume in emulation mode hung");
-    assert!(gated, "a volume on lent blocks must carry the priority gate");
+    assert!(
+        gated,
+        "a volume on lent blocks must carry the priority gate"
+    );
 }
