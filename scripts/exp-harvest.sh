@@ -56,6 +56,7 @@ role = "harvest"
 '
 HARVEST_COMMON='
 enabled = true
+policy = "fixed"
 priority_slack_us = 1
 tick_ms = 200
 granule_s = 60

@@ -141,6 +141,35 @@ pub fn harvest(a: &HarvestArgs, api: &str) -> Result<()> {
                 .map(|(k, n)| format!("{k} {n}"))
                 .collect();
             println!(
+                "policy: {}",
+                match s.settings.policy {
+                    control::LendPolicy::Predicted =>
+                        "predicted (BlockFlex LSTMs per regular vSSD)",
+                    control::LendPolicy::Fixed => "fixed",
+                }
+            );
+            if !s.predictions.is_empty() {
+                let l = s.settings.predictor.levels;
+                let rows: Vec<Vec<String>> = s
+                    .predictions
+                    .iter()
+                    .map(|(n, p)| {
+                        vec![
+                            n.clone(),
+                            if p.warm { "yes" } else { "no (lends nothing)" }.into(),
+                            format!("{}/{l}", p.bandwidth_level),
+                            format!("{}/{l}", p.capacity_level),
+                            format!("{}/{l}, {}/{l}", p.spare_levels.0, p.spare_levels.1),
+                            p.duration_s.to_string(),
+                        ]
+                    })
+                    .collect();
+                table(
+                    &["VSSD", "WARM", "BANDWIDTH", "CAPACITY", "SPARE", "FOR_S"],
+                    &rows,
+                );
+            }
+            println!(
                 "events: {}",
                 if ev.is_empty() {
                     "none".into()

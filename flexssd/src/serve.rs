@@ -104,6 +104,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cfg = load_config(args)?;
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        // The harvester's predictors (candle) would otherwise ask for the CPU
+        // count on every matrix product and spread tiny ones over every core.
+        // Set before any other thread starts.
+        std::env::set_var("RAYON_NUM_THREADS", "1");
+    }
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data directory {}", cfg.data_dir.display()))?;
     let _lock = lock_data_dir(&cfg)?;

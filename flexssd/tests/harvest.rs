@@ -43,6 +43,7 @@ role = "harvest"
 
 [harvest]
 enabled = true
+policy = "fixed"
 tick_ms = 100
 granule_s = 60
 reclaim_horizon_s = 60

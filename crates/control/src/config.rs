@@ -136,6 +136,16 @@ channels = 4
 # hdd = { rpm = 7200, min_seek_us = 600, max_seek_us = 16000, transfer_mb_s = 160, near_bytes = 1048576 }
 # Tenant volumes (multiples of 4K), laid out in this order in the backing file.
 # volumes = [{ name = "tenant-a", size = "2G" }, { name = "tenant-b", size = "2G" }]
+
+# BlockFlex storage harvesting: lend idle flash of regular vSSDs and unsold
+# channels to harvest tenants as gSSDs. Off by default; see docs/config.md.
+# [harvest]
+# enabled = true
+# Who decides what a regular vSSD lends and for how long: "predicted" (its
+# learned predictors) or "fixed" (lend_fraction of its spare blocks for lend_for_s).
+# policy = "predicted"
+# tick_ms = 1000
+# eviction_grace_s = 300
 "#;
 
 /// How the NBD server times its replies.
@@ -204,9 +214,12 @@ pub struct Config {
 /// When enabled, the harvester runs every `tick_ms` on the daemon's clock: it
 /// lends the free blocks of regular vSSDs and the device's unsold channels to the
 /// gSSD pool, refreshes expiries, and takes flash back (migrating or evicting harvest
-/// volumes) when a regular tenant needs it. Until the learned predictors are wired
-/// in, what a vSSD can lend and for how long is the fixed policy below.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// volumes) when a regular tenant needs it. What a regular vSSD can lend and for
+/// how long comes from its learned predictors (`policy = "predicted"`, the
+/// default: BlockFlex's LSTMs fed every `window_s` with the vSSD's bandwidth, IOPS
+/// and utilisation) or from the fixed policy (`policy = "fixed"`: `lend_fraction`
+/// of its spare blocks for `lend_for_s`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HarvestSettings {
     /// Run the harvester. Default `false`.
@@ -237,6 +250,14 @@ pub struct HarvestSettings {
     pub eviction_grace_s: u64,
     /// Copy unit of a live migration, bytes. Default 1 MiB.
     pub migrate_chunk_bytes: u64,
+    /// Who decides what a regular vSSD lends: `predicted` (default) or `fixed`.
+    pub policy: LendPolicy,
+    /// Predicted policy: length of one observation window in seconds (the
+    /// BlockFlex artifact's 18).
+    pub window_s: u64,
+    /// Predicted policy: the predictors' settings (`[harvest.predictor]`; the
+    /// paper's by default).
+    pub predictor: predict::PredictorConfig,
     /// Regular tenants first: in emulation mode a harvest volume's request
     /// waits until the dies it shares with a regular tenant free up within this
     /// many microseconds. Default 1: only when they are idle (one page program,
@@ -261,6 +282,9 @@ impl Default for HarvestSettings {
             eviction_grace_s: 300,
             migrate_chunk_bytes: 1 << 20,
             priority_slack_us: 1,
+            policy: LendPolicy::Predicted,
+            window_s: 18,
+            predictor: predict::PredictorConfig::default(),
         }
     }
 }
@@ -275,6 +299,7 @@ impl HarvestSettings {
             ("lend_for_s", self.lend_for_s),
             ("unsold_group", self.unsold_group as u64),
             ("migrate_chunk_bytes", self.migrate_chunk_bytes),
+            ("window_s", self.window_s),
         ] {
             if v == 0 {
                 return Err(format!("harvest.{f} must be greater than 0"));
@@ -292,6 +317,10 @@ impl HarvestSettings {
                 self.lend_for_s, self.granule_s
             ));
         }
+        if self.enabled && self.policy == LendPolicy::Predicted {
+            predict::VssdPredictor::new(&self.predictor, predict::Role::Harvestable, 0)
+                .map_err(|e| format!("harvest.predictor: {e}"))?;
+        }
         if !self.migrate_chunk_bytes.is_multiple_of(4096) {
             return Err(format!(
                 "harvest.migrate_chunk_bytes = {} must be a multiple of 4096",
@@ -300,6 +329,17 @@ impl HarvestSettings {
         }
         Ok(())
     }
+}
+
+/// What decides how much a regular vSSD lends, and for how long.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LendPolicy {
+    /// BlockFlex's learned predictors, per vSSD (§4.4).
+    #[default]
+    Predicted,
+    /// A fixed share of the spare blocks for a fixed time.
+    Fixed,
 }
 
 /// Whether a vSSD's tenant buys its flash or harvests others'.

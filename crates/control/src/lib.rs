@@ -31,14 +31,14 @@ pub use config::{
     valid_name, ApiConfig, BackendKind, Config, DeviceConfig, Mode, NbdConfig, SchedulerSettings,
     VssdSpec, DEFAULT_CONFIG,
 };
-pub use config::{HarvestSettings, TenantRole, TierSpec, TierVolumeSpec};
+pub use config::{HarvestSettings, LendPolicy, TenantRole, TierSpec, TierVolumeSpec};
 pub use error::{ControlError, ErrorKind, Result};
 pub use manager::{
     channel_list, DeviceInfo, EraseCounts, HostManager, HostStats, VssdInfo, VssdSlaInfo, VssdStats,
 };
 pub use manager::{
     GssdInfo, HarvestEvent, HarvestEventKind, HarvestRequest, HarvestStatus, HarvestVolumeInfo,
-    MigrationInfo,
+    MigrationInfo, PredictionInfo,
 };
 pub use manager::{TierInfo, TierVolumeIo};
 pub use size::{format_size, parse_size, BlockRange, ByteSize};

@@ -329,7 +329,7 @@ impl HostManager {
                 tiers: BTreeMap::new(),
                 harvest: Default::default(),
             }),
-            harvest_settings: config.harvest,
+            harvest_settings: config.harvest.clone(),
         };
         for rec in mgr.store.vssds()? {
             match rec.state {
@@ -1083,7 +1083,7 @@ pub use sla::VssdSlaInfo;
 mod harvest;
 pub use self::harvest::{
     GssdInfo, HarvestEvent, HarvestEventKind, HarvestRequest, HarvestStatus, HarvestVolumeInfo,
-    MigrationInfo,
+    MigrationInfo, PredictionInfo,
 };
 
 mod tier;

@@ -235,6 +235,7 @@ mod tests {
         let example: String = crate::DEFAULT_CONFIG
             .lines()
             .skip_while(|l| *l != "# [[tiers]]")
+            .take_while(|l| !l.is_empty())
             .filter_map(|l| l.strip_prefix("# "))
             .filter(|l| {
                 l.starts_with("[[tiers]]")

@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use super::{channels_of, HostManager, State};
-use crate::config::{valid_name, HarvestSettings};
+use crate::config::{valid_name, HarvestSettings, LendPolicy};
 use crate::store::{
     GhostMeta, HarvestVolumeRecord, SegmentRecord, TenantKind, VssdRecord, VssdState,
 };
@@ -242,6 +242,24 @@ pub struct HarvestStatus {
     pub evicting: usize,
     /// Events so far, by kind.
     pub events: BTreeMap<String, u64>,
+    /// What each regular vSSD's predictors say now (policy `predicted`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub predictions: BTreeMap<String, PredictionInfo>,
+}
+
+/// A regular vSSD's current prediction, as the harvester uses it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictionInfo {
+    /// Enough history to predict.
+    pub warm: bool,
+    /// Predicted bandwidth use, in sixteenths (levels) of the vSSD's.
+    pub bandwidth_level: u32,
+    /// Predicted capacity use, in levels.
+    pub capacity_level: u32,
+    /// Levels predicted spare (bandwidth, capacity), after under-provisioning.
+    pub spare_levels: (u32, u32),
+    /// How long the spare resources are predicted to last, seconds.
+    pub duration_s: u64,
 }
 
 /// `POST /v1/harvest/volumes`: a harvest tenant asks for flash.
@@ -316,6 +334,18 @@ pub(super) struct HarvestState {
     /// not lend from them again for one duration granule (so a busy tenant is
     /// not harvested again the moment it got its blocks back).
     cooling: BTreeMap<String, Nanos>,
+    /// The learned predictors of each regular vSSD (policy `predicted`).
+    predictors: BTreeMap<String, PredRt>,
+}
+
+/// One regular vSSD's predictor and the samples of its current window.
+struct PredRt {
+    p: predict::VssdPredictor,
+    /// Time, bytes and requests at the previous tick.
+    last: (Nanos, u64, u64),
+    /// (bandwidth, IOPS, utilisation) fractions sampled at each tick.
+    samples: Vec<(f32, f32, f32)>,
+    window_start: Nanos,
 }
 
 impl State {
@@ -787,6 +817,9 @@ impl HostManager {
         self.finish_migrations(&mut st)?;
         self.due_evictions(&mut st)?;
         self.reclaim_where_needed(&mut st)?;
+        if self.harvest_settings.policy == LendPolicy::Predicted {
+            self.observe_vssds(&mut st)?;
+        }
         self.refresh(&mut st)?;
         self.lend_idle(&mut st)?;
         Ok((st.harvest.next_seq - before) as usize)
@@ -1055,20 +1088,35 @@ impl HostManager {
         let lend_for = self.harvest_settings.lend_for_s.saturating_mul(SEC);
         let devices: Vec<String> = st.harvest.pools.keys().cloned().collect();
         for device in devices {
-            // The fixed policy: flash whose home is still idle stays free for
-            // another `lend_for`.
-            let updates: Vec<(GssdId, Nanos)> = st.harvest.pools[&device]
-                .iter()
-                .filter(|g| {
-                    st.harvest.gssds.get(&g.id).is_some_and(|rt| {
-                        rt.home
-                            .as_ref()
-                            .and_then(|h| st.vssds.get(h))
-                            .is_none_or(|h| !h.vssd.needs_reclaim())
-                    })
-                })
-                .map(|g| (g.id, now.saturating_add(lend_for)))
-                .collect();
+            // Fixed policy, and unsold channels: flash whose home is still idle
+            // stays free for another `lend_for`. Predicted policy: a lent gSSD's
+            // expiry is its home's predicted duration (now, if nothing is
+            // predicted spare any more); a cold predictor changes nothing.
+            let mut updates: Vec<(GssdId, Nanos)> = Vec::new();
+            for g in st.harvest.pools[&device].iter() {
+                let Some(rt) = st.harvest.gssds.get(&g.id) else {
+                    continue;
+                };
+                let home = rt.home.as_ref().and_then(|h| st.vssds.get(h));
+                if home.is_some_and(|h| h.vssd.needs_reclaim()) {
+                    continue;
+                }
+                match (&rt.home, self.harvest_settings.policy) {
+                    (Some(h), LendPolicy::Predicted) => {
+                        let warm = st.harvest.predictors.get(h).is_some_and(|p| {
+                            use predict::Predictor;
+                            p.p.predict(now).is_ok_and(|x| x.warm)
+                        });
+                        if warm {
+                            let t = self
+                                .predicted_spare(st, h)?
+                                .map_or(now, |(_, _, lasts)| now.saturating_add(lasts));
+                            updates.push((g.id, t));
+                        }
+                    }
+                    _ => updates.push((g.id, now.saturating_add(lend_for))),
+                }
+            }
             let cfg = *st.harvest.pools[&device].config();
             let g = cfg.duration_granule();
             let updates: Vec<(GssdId, Nanos)> = updates
@@ -1097,6 +1145,109 @@ impl HostManager {
             }
         }
         Ok(())
+    }
+
+    /// Samples every regular vSSD's bandwidth, IOPS and utilisation (as fractions
+    /// of what it was sold) at each tick, and feeds its predictors one window of
+    /// them every `window_s`; they train themselves on their own schedule.
+    fn observe_vssds(&self, st: &mut State) -> Result<()> {
+        let now = self.clock.now();
+        let window = self.harvest_settings.window_s.saturating_mul(SEC);
+        let regular: Vec<String> = st
+            .vssds
+            .values()
+            .filter(|e| e.rec.state == VssdState::Active && e.rec.kind == TenantKind::Regular)
+            .filter(|e| !st.is_tier_cache(&e.rec.name))
+            .map(|e| e.rec.name.clone())
+            .collect();
+        st.harvest.predictors.retain(|n, _| regular.contains(n));
+        for name in regular {
+            let e = st.vssds[&name].clone();
+            let d = st.device(&e.rec.device)?;
+            let (geo, timing) = (d.rec.geometry, d.rec.timing);
+            let io = e.io.snapshot();
+            let (bytes, ops) = (io.read_bytes + io.write_bytes, io.reads + io.writes);
+            let ftl = e.vssd.stats();
+            let util = (ftl.mapped_pages * u64::from(geo.page_size)) as f64
+                / e.rec.capacity_bytes.max(1) as f64;
+            let nch = channels_of(&e.rec.extents).len() as f64;
+            let bw_full = nch * timing.channel_mbps as f64 * 1e6;
+            let iops_full =
+                nch * f64::from(geo.dies_per_channel) * 1e9 / timing.read_ns.max(1) as f64;
+            let rt = match st.harvest.predictors.entry(name.clone()) {
+                std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::btree_map::Entry::Vacant(v) => v.insert(PredRt {
+                    p: predict::VssdPredictor::new(
+                        &self.harvest_settings.predictor,
+                        predict::Role::Harvestable,
+                        u64::from(e.rec.id),
+                    )
+                    .map_err(|err| ControlError::Config(format!("harvest.predictor: {err}")))?,
+                    last: (now, bytes, ops),
+                    samples: Vec::new(),
+                    window_start: now,
+                }),
+            };
+            let (t0, b0, o0) = rt.last;
+            if now > t0 {
+                let dt = (now - t0) as f64 / 1e9;
+                let frac = |x: f64| x.clamp(0.0, 1.0) as f32;
+                rt.samples.push((
+                    frac(bytes.saturating_sub(b0) as f64 / dt / bw_full),
+                    frac(ops.saturating_sub(o0) as f64 / dt / iops_full),
+                    frac(util),
+                ));
+                rt.last = (now, bytes, ops);
+            }
+            if now.saturating_sub(rt.window_start) >= window && !rt.samples.is_empty() {
+                let n = rt.samples.len() as f32;
+                let col = |f: fn(&(f32, f32, f32)) -> f32| {
+                    let v: Vec<f32> = rt.samples.iter().map(f).collect();
+                    let max = v.iter().copied().fold(0.0, f32::max);
+                    let min = v.iter().copied().fold(1.0, f32::min);
+                    (max, min, v.iter().sum::<f32>() / n)
+                };
+                let (bw_max, bw_min, bw_avg) = col(|s| s.0);
+                let (iops_max, iops_min, iops_avg) = col(|s| s.1);
+                let (util_max, util_min, util_avg) = col(|s| s.2);
+                let w = predict::WindowStats {
+                    bw_max,
+                    bw_min,
+                    bw_avg,
+                    iops_max,
+                    iops_min,
+                    iops_avg,
+                    util_max,
+                    util_min,
+                    util_avg,
+                };
+                use predict::Predictor;
+                rt.p.observe(now, &w)
+                    .map_err(|err| ControlError::Invalid(format!("predictor of {name}: {err}")))?;
+                rt.samples.clear();
+                rt.window_start = now;
+            }
+        }
+        Ok(())
+    }
+
+    /// The predicted policy's answer for a home: how many of its channels it can
+    /// lend, what share of its capacity, and for how long; `None` while its
+    /// predictors are cold or predict nothing spare.
+    fn predicted_spare(&self, st: &State, home: &str) -> Result<Option<(u32, f64, Nanos)>> {
+        use predict::Predictor;
+        let Some(rt) = st.harvest.predictors.get(home) else {
+            return Ok(None);
+        };
+        let p =
+            rt.p.predict(self.clock.now())
+                .map_err(|err| ControlError::Invalid(format!("predictor of {home}: {err}")))?;
+        let levels = f64::from(self.harvest_settings.predictor.levels.max(1));
+        let nch = channels_of(&st.vssds[home].rec.extents).len() as f64;
+        let channels = (f64::from(p.spare_bandwidth) / levels * nch).floor() as u32;
+        let share = f64::from(p.spare_capacity) / levels;
+        Ok((p.warm && channels > 0 && share > 0.0 && p.duration > 0)
+            .then_some((channels, share, p.duration)))
     }
 
     /// The fixed policy: every regular vSSD lends `lend_fraction` of what its FTL
@@ -1128,18 +1279,36 @@ impl HostManager {
             let e = st.vssds[&home].clone();
             let geo = st.device(&e.rec.device)?.rec.geometry;
             let cfg = self.harvest_cfg(&geo);
-            let lendable = e.vssd.lendable();
-            let per_plane = lendable.iter().map(|&(_, b)| b).min().unwrap_or(0);
+            let mut lendable = e.vssd.lendable();
+            let (want, lasts) = match self.harvest_settings.policy {
+                LendPolicy::Fixed => {
+                    let per_plane = lendable.iter().map(|&(_, b)| b).min().unwrap_or(0);
+                    let f = self.harvest_settings.lend_fraction;
+                    ((f64::from(per_plane) * f).floor() as u64, lend_for)
+                }
+                LendPolicy::Predicted => {
+                    let Some((n, share, lasts)) = self.predicted_spare(st, &home)? else {
+                        continue;
+                    };
+                    // The predicted spare share of the whole vSSD, on its first
+                    // `n` channels, never beyond what the FTL can spare.
+                    lendable.truncate(n as usize);
+                    let per_plane = lendable.iter().map(|&(_, b)| b).min().unwrap_or(0);
+                    let nch = channels_of(&e.rec.extents).len() as f64;
+                    let ext_blocks = e.rec.extents.iter().map(|x| x.blocks).max().unwrap_or(0);
+                    let by_share = (share * f64::from(ext_blocks) * nch / f64::from(n)).floor();
+                    ((by_share as u64).min(u64::from(per_plane)), lasts)
+                }
+            };
             let chans: Vec<u32> = lendable.iter().map(|&(c, _)| c).collect();
             let units = u64::from(geo.dies_per_channel) * u64::from(geo.planes_per_die);
             let k = units * chans.len() as u64;
-            let want = (per_plane as f64 * self.harvest_settings.lend_fraction).floor() as u64;
             // Largest per-plane count whose total is whole chunks.
             let mut b = want;
             while b > 0 && !(b * k).is_multiple_of(cfg.chunk_blocks) {
                 b -= 1;
             }
-            if b == 0 || chans.is_empty() {
+            if b == 0 || chans.is_empty() || lasts < granule {
                 continue;
             }
             let extents = e.vssd.lend(&chans, b as u32)?;
@@ -1154,7 +1323,7 @@ impl HostManager {
                 extents.clone(),
                 Some((&home, e.rec.id as u64)),
                 b * k,
-                lend_for,
+                lasts,
             ) {
                 Ok(id) => self.event(
                     st,
@@ -1698,7 +1867,7 @@ impl HostManager {
             .count();
         HarvestStatus {
             enabled: self.harvest_settings.enabled,
-            settings: self.harvest_settings,
+            settings: self.harvest_settings.clone(),
             chunk_blocks: chunk,
             gssds: st.harvest.gssds.len(),
             gssds_in_use: in_use,
@@ -1712,6 +1881,25 @@ impl HostManager {
                 .values()
                 .filter(|v| v.rec.evict_by.is_some())
                 .count(),
+            predictions: st
+                .harvest
+                .predictors
+                .iter()
+                .filter_map(|(n, rt)| {
+                    use predict::Predictor;
+                    let p = rt.p.predict(self.clock.now()).ok()?;
+                    Some((
+                        n.clone(),
+                        PredictionInfo {
+                            warm: p.warm,
+                            bandwidth_level: p.bandwidth,
+                            capacity_level: p.capacity,
+                            spare_levels: (p.spare_bandwidth, p.spare_capacity),
+                            duration_s: secs(p.duration),
+                        },
+                    ))
+                })
+                .collect(),
             events: HarvestEventKind::ALL
                 .iter()
                 .map(|k| {

@@ -28,6 +28,7 @@ fn config_text(data_dir: &str, backend: &str, harvest: &str) -> String {
         pages_per_block = 32
         [harvest]
         enabled = true
+        policy = "fixed"
         granule_s = 60
         refresh_s = 30
         reclaim_horizon_s = 60
@@ -45,8 +46,12 @@ struct H {
 }
 
 fn mem(harvest: &str) -> H {
+    mem_text(&config_text("/nonexistent", "memory", harvest))
+}
+
+fn mem_text(text: &str) -> H {
     let clock = Arc::new(VirtualClock::new(0));
-    let cfg = Config::from_toml(&config_text("/nonexistent", "memory", harvest)).unwrap();
+    let cfg = Config::from_toml(text).unwrap();
     let m = HostManager::open_with(
         &cfg,
         clock.clone(),
@@ -545,4 +550,84 @@ fn emulation_mode_gates_volumes_on_shared_channels() {
         gated,
         "a volume on lent blocks must carry the priority gate"
     );
+}
+
+#[test]
+fn the_learned_predictors_decide_what_an_idle_vssd_lends_and_for_how_long() {
+    // Small models so that the test trains in debug builds in seconds, and a
+    // slow bus (1 MB/s per channel) so that a short burst is a real bandwidth
+    // level: the predictors learn from level changes.
+    let text = config_text("/nonexistent", "memory", "unsold = false\ngranule_s = 30")
+        .replace("granule_s = 60\n", "")
+        .replace("policy = \"fixed\"", "policy = \"predicted\"")
+        .replace("[harvest]", "[devices.timing]\nchannel_mbps = 1\n[harvest]")
+        + "\n[harvest.predictor]\nepochs = 1\n[harvest.predictor.duration]\nhidden = 8\n";
+    let h = mem_text(&text);
+    regular(&h.m, "reg", &[0, 1]);
+    harvester(&h.m, "hv", &[2, 3]);
+    assert_eq!(
+        h.m.harvest_settings().policy,
+        crate::config::LendPolicy::Predicted
+    );
+    // Cold predictors lend nothing.
+    h.m.harvest_tick().unwrap();
+    assert!(h.m.gssds().is_empty());
+    // A mostly idle vSSD: every tenth window of 18 s starts with a 1 MiB burst
+    // (half its bandwidth for that second) that is then trimmed away.
+    let dev = h.m.export_dev("reg").unwrap();
+    let mut lent_at = None;
+    'outer: for w in 0..300u64 {
+        for tick in 0..18u64 {
+            if w % 10 == 0 && tick == 0 {
+                dev.write(0, &pattern(w, 1 << 20), false).unwrap();
+            }
+            if w % 10 == 0 && tick == 1 {
+                dev.trim(0, 1 << 20).unwrap();
+            }
+            h.clock.advance(SEC);
+            h.m.harvest_tick().unwrap();
+            if !h.m.gssds().is_empty() {
+                lent_at = Some(clock::Clock::now(&*h.clock) / SEC);
+                break 'outer;
+            }
+        }
+    }
+    let t = lent_at.unwrap_or_else(|| {
+        panic!(
+            "the predictors never lent anything: {:?}",
+            h.m.harvest_status().predictions
+        )
+    });
+    // It lends what they predict spare, for as long as they predict.
+    let g = h.m.gssds().remove(0);
+    assert_eq!(g.home.as_deref(), Some("reg"));
+    assert!(g.capacity_blocks > 0);
+    let p = &h.m.harvest_status().predictions["reg"];
+    assert!(p.warm && p.duration_s >= 30, "{p:?}");
+    assert_eq!(g.expiry_s, t + p.duration_s / 30 * 30, "{g:?} vs {p:?}");
+    assert!(h
+        .m
+        .harvest_events(0)
+        .iter()
+        .any(|e| e.kind == HarvestEventKind::Created));
+}
+
+#[test]
+fn the_default_config_has_harvesting_off_and_its_example_parses() {
+    let d = Config::default();
+    assert!(!d.harvest.enabled);
+    assert_eq!(d.harvest.policy, crate::config::LendPolicy::Predicted);
+    let example: String = crate::DEFAULT_CONFIG
+        .lines()
+        .skip_while(|l| *l != "# [harvest]")
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.strip_prefix("# "))
+        .filter(|l| {
+            l.starts_with('[') || l.split_once(" = ").is_some_and(|(k, _)| !k.contains(' '))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let c = Config::from_toml(&example).unwrap();
+    assert!(c.harvest.enabled && c.harvest.tick_ms == 1000, "{example}");
+    c.validate().unwrap();
 }
