@@ -178,7 +178,8 @@ md = ["# Elastic storage: several volumes under an iterative sort/merge job", ""
       "|---|---:|---:|---:|---:|---:|---:|---:|"]
 for p, x in rows.items():
     ov = f"{100 * (float(x['completion_s']) / float(base['completion_s']) - 1):+.1f}%" if base else "–"
-    vs = f"{100 * (1 - float(x['waste_gbh']) / float(base['waste_gbh'])):.0f}% less" if base and p != "prealloc" else "–"
+    d = 100 * (1 - float(x['waste_gbh']) / float(base['waste_gbh'])) if base else 0.0
+    vs = ("–" if not base or p == "prealloc" else f"{d:.0f}% less" if d >= 0 else f"{-d:.0f}% more")
     md.append(f"| {p} | {x['reserve_mib']} MiB | {float(x['completion_s']):.1f} | {ov} | {x['app_errors']} | "
               f"{float(x['waste_gbh']):.4f} | {vs} | {x['adds']} / {x['removes']} |")
 md += ["", "The paper (K-Means, 30 VMs): reserves 4 GB (reactive) and 1.5 GB (predictive); overhead 6.3% "
