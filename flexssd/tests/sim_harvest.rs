@@ -4,30 +4,15 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn flexssd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_flexssd"))
-        .args(["sim", "harvest"])
-        .args(args)
-        .output()
-        .expect("run flexssd")
-}
+mod support;
 
 fn ok(args: &[&str]) -> String {
-    let out = flexssd(args);
-    assert!(
-        out.status.success(),
-        "flexssd {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    support::sim_ok("harvest", args)
 }
 
 fn fails(args: &[&str]) -> String {
-    let out = flexssd(args);
-    assert!(!out.status.success(), "flexssd {args:?} should fail");
-    String::from_utf8(out.stderr).unwrap()
+    support::sim_fails("harvest", args)
 }
 
 /// Writes small cluster and azure directories (made-up values in the real

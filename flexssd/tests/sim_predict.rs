@@ -3,30 +3,15 @@
 //! input named by file and line.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn flexssd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_flexssd"))
-        .args(["sim", "predict"])
-        .args(args)
-        .output()
-        .expect("run flexssd")
-}
+mod support;
 
 fn ok(args: &[&str]) -> String {
-    let out = flexssd(args);
-    assert!(
-        out.status.success(),
-        "flexssd {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    support::sim_ok("predict", args)
 }
 
 fn fails(args: &[&str]) -> String {
-    let out = flexssd(args);
-    assert!(!out.status.success(), "flexssd {args:?} should fail");
-    String::from_utf8(out.stderr).unwrap()
+    support::sim_fails("predict", args)
 }
 
 fn traces() -> PathBuf {

@@ -2,30 +2,15 @@
 //! output, determinism, trace-derived tenants, and bad input.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn flexssd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_flexssd"))
-        .args(["sim", "sla-placement"])
-        .args(args)
-        .output()
-        .expect("run flexssd")
-}
+mod support;
 
 fn ok(args: &[&str]) -> String {
-    let out = flexssd(args);
-    assert!(
-        out.status.success(),
-        "flexssd {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    support::sim_ok("sla-placement", args)
 }
 
 fn fails(args: &[&str]) -> String {
-    let out = flexssd(args);
-    assert!(!out.status.success(), "flexssd {args:?} should fail");
-    String::from_utf8(out.stderr).unwrap()
+    support::sim_fails("sla-placement", args)
 }
 
 fn path(p: &Path) -> &str {

@@ -699,7 +699,7 @@ impl HostManager {
             {
                 let mut st = self.state.write();
                 let id = st.harvest_gssd_of(&other);
-                self.reclaim_now_ids(
+                self.reclaim_now(
                     &mut st,
                     id.into_iter().collect(),
                     "a regular vSSD asked for its channels",
@@ -743,19 +743,7 @@ impl HostManager {
             },
             lent: Vec::new(),
         })?;
-        let vssd = match Vssd::create(
-            dev,
-            Self::vssd_config(&rec),
-            self.clock.clone(),
-            self.ckpt.clone(),
-        ) {
-            Ok(v) => v,
-            Err(e) => {
-                self.store.remove_vssd(&rec.name)?;
-                return Err(e.into());
-            }
-        };
-        rec.state = VssdState::Active;
+        let vssd = self.build_recorded(dev, &mut rec)?;
         if let Err(e) = self.store.put_vssd(&rec) {
             // Leave the `creating` record: the next start erases the flash and drops it.
             let _ = vssd.destroy();
@@ -766,6 +754,26 @@ impl HostManager {
         let info = Self::info(&rec);
         self.insert_entry(rec, vssd);
         Ok(info)
+    }
+
+    /// Builds the FTL of a vSSD recorded as `creating` and marks the record
+    /// `active` (the caller stores it); drops the record if the FTL cannot be built.
+    fn build_recorded(&self, dev: Arc<FlashDevice>, rec: &mut VssdRecord) -> Result<Arc<Vssd>> {
+        match Vssd::create(
+            dev,
+            Self::vssd_config(rec),
+            self.clock.clone(),
+            self.ckpt.clone(),
+        ) {
+            Ok(v) => {
+                rec.state = VssdState::Active;
+                Ok(v)
+            }
+            Err(e) => {
+                self.store.remove_vssd(&rec.name)?;
+                Err(e.into())
+            }
+        }
     }
 
     /// Deletes a vSSD: marks it `deleting`, erases all of its flash, then removes it

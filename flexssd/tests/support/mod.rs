@@ -402,3 +402,33 @@ impl Drop for Attached {
         let _ = self.fuse.wait();
     }
 }
+
+/// Runs `flexssd sim SUB ARGS...` (no daemon needed).
+pub fn sim(sub: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flexssd"))
+        .args(["sim", sub])
+        .args(args)
+        .output()
+        .expect("run flexssd")
+}
+
+/// Like [`sim`]; panics with stderr unless it succeeds, returns stdout.
+pub fn sim_ok(sub: &str, args: &[&str]) -> String {
+    let out = sim(sub, args);
+    assert!(
+        out.status.success(),
+        "flexssd sim {sub} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Like [`sim`]; panics unless it fails, returns stderr.
+pub fn sim_fails(sub: &str, args: &[&str]) -> String {
+    let out = sim(sub, args);
+    assert!(
+        !out.status.success(),
+        "flexssd sim {sub} {args:?} should fail"
+    );
+    String::from_utf8(out.stderr).unwrap()
+}

@@ -578,7 +578,7 @@ impl HostManager {
                         Some(Outgoing::Evicting(t));
                 }
             }
-            let rt = self.volume_rt(&st, rec, vol);
+            let rt = self.volume_rt(rec, vol);
             let name = rt.rec.name.clone();
             st.harvest.volumes.insert(name.clone(), rt);
             self.refresh_gate(&st, &name);
@@ -590,7 +590,7 @@ impl HostManager {
         Ok(())
     }
 
-    fn volume_rt(&self, _st: &State, rec: HarvestVolumeRecord, vol: Arc<GhostVolume>) -> VolumeRt {
+    fn volume_rt(&self, rec: HarvestVolumeRecord, vol: Arc<GhostVolume>) -> VolumeRt {
         let io = Arc::new(IoStats::default());
         let inner: Arc<dyn BlockDev> = vol.clone();
         let mut layer = StatsLayer::new(inner, io.clone());
@@ -700,19 +700,7 @@ impl HostManager {
             }),
             lent: Vec::new(),
         })?;
-        let vssd = match Vssd::create(
-            dev,
-            Self::vssd_config(&rec),
-            self.clock.clone(),
-            self.ckpt.clone(),
-        ) {
-            Ok(v) => v,
-            Err(e) => {
-                self.store.remove_vssd(&rec.name)?;
-                return Err(e.into());
-            }
-        };
-        rec.state = VssdState::Active;
+        let vssd = self.build_recorded(dev, &mut rec)?;
         self.store.put_vssd(&rec)?;
         let g = Gssd {
             ghost: Some(rec.id as u64),
@@ -940,14 +928,6 @@ impl HostManager {
                     v.vol.detach(o)?;
                 }
                 v.rec.segments.retain(|s| s.gssd != id);
-                if v.rec.segments.iter().all(|s| {
-                    !matches!(
-                        st.harvest.gssds.get(&s.gssd).and_then(|g| g.out),
-                        Some(Outgoing::Evicting(_))
-                    )
-                }) {
-                    // Keep the deadline on record for the tenant to see.
-                }
                 let rec = st.harvest.volumes[vname].rec.clone();
                 self.store.put_harvest_volume(&rec)?;
                 self.refresh_gate(st, vname);
@@ -1103,13 +1083,9 @@ impl HostManager {
                 }
                 match (&rt.home, self.harvest_settings.policy) {
                     (Some(h), LendPolicy::Predicted) => {
-                        let warm = st.harvest.predictors.get(h).is_some_and(|p| {
-                            use predict::Predictor;
-                            p.p.predict(now).is_ok_and(|x| x.warm)
-                        });
-                        if warm {
+                        if let Some(p) = self.prediction(st, h)?.filter(|p| p.warm) {
                             let t = self
-                                .predicted_spare(st, h)?
+                                .spare_of(st, h, &p)
                                 .map_or(now, |(_, _, lasts)| now.saturating_add(lasts));
                             updates.push((g.id, t));
                         }
@@ -1235,19 +1211,35 @@ impl HostManager {
     /// lend, what share of its capacity, and for how long; `None` while its
     /// predictors are cold or predict nothing spare.
     fn predicted_spare(&self, st: &State, home: &str) -> Result<Option<(u32, f64, Nanos)>> {
+        Ok(self
+            .prediction(st, home)?
+            .and_then(|p| self.spare_of(st, home, &p)))
+    }
+
+    /// A home's current prediction, if it has predictors.
+    fn prediction(&self, st: &State, home: &str) -> Result<Option<predict::Prediction>> {
         use predict::Predictor;
         let Some(rt) = st.harvest.predictors.get(home) else {
             return Ok(None);
         };
-        let p =
-            rt.p.predict(self.clock.now())
-                .map_err(|err| ControlError::Invalid(format!("predictor of {home}: {err}")))?;
+        rt.p.predict(self.clock.now())
+            .map(Some)
+            .map_err(|err| ControlError::Invalid(format!("predictor of {home}: {err}")))
+    }
+
+    /// What a prediction leaves spare: (channels, share of capacity, duration).
+    fn spare_of(
+        &self,
+        st: &State,
+        home: &str,
+        p: &predict::Prediction,
+    ) -> Option<(u32, f64, Nanos)> {
         let levels = f64::from(self.harvest_settings.predictor.levels.max(1));
         let nch = channels_of(&st.vssds[home].rec.extents).len() as f64;
         let channels = (f64::from(p.spare_bandwidth) / levels * nch).floor() as u32;
         let share = f64::from(p.spare_capacity) / levels;
-        Ok((p.warm && channels > 0 && share > 0.0 && p.duration > 0)
-            .then_some((channels, share, p.duration)))
+        (p.warm && channels > 0 && share > 0.0 && p.duration > 0)
+            .then_some((channels, share, p.duration))
     }
 
     /// The fixed policy: every regular vSSD lends `lend_fraction` of what its FTL
@@ -1501,14 +1493,8 @@ impl HostManager {
         for (_, id, bytes) in &picked {
             let len = (*bytes).min(size - off);
             if len == 0 {
-                // Taken for bandwidth only: the whole gSSD extends nothing, but
-                // the pool keeps it assigned to this volume.
-                segments.push(SegmentRecord {
-                    offset: off,
-                    len: 0,
-                    gssd: *id,
-                    base: 0,
-                });
+                // Taken for bandwidth only: it backs no range, but the pool keeps
+                // it assigned to this volume (release finds it there).
                 continue;
             }
             let dev: Arc<dyn BlockDev> = st.vssds[&st.harvest.gssds[id].name].vssd.clone();
@@ -1521,7 +1507,6 @@ impl HostManager {
             });
             off += len;
         }
-        segments.retain(|s| s.len > 0);
         let rec = HarvestVolumeRecord {
             name: req.name.clone(),
             id: vid,
@@ -1547,7 +1532,7 @@ impl HostManager {
                 ids.join(",")
             ),
         );
-        let rt = self.volume_rt(&st, rec, vol);
+        let rt = self.volume_rt(rec, vol);
         let info = Self::volume_info(&st, &rt);
         st.harvest.volumes.insert(req.name.clone(), rt);
         self.refresh_gate(&st, &req.name);
@@ -1598,12 +1583,11 @@ impl HostManager {
             ids.push(m.to);
         }
         // gSSDs assigned for bandwidth only are assigned without a segment.
-        for (device, pool) in &st.harvest.pools {
+        for pool in st.harvest.pools.values() {
             for g in pool.assigned_to(v.rec.id) {
                 if !ids.contains(&g.id) {
                     ids.push(g.id);
                 }
-                let _ = device;
             }
         }
         ids.sort_unstable();
@@ -1678,16 +1662,7 @@ impl HostManager {
         self.reclaim_now(st, take, "a regular vSSD needs the unsold channels")
     }
 
-    pub(super) fn reclaim_now_ids(
-        &self,
-        st: &mut State,
-        ids: Vec<GssdId>,
-        why: &str,
-    ) -> Result<()> {
-        self.reclaim_now(st, ids, why)
-    }
-
-    fn reclaim_now(&self, st: &mut State, ids: Vec<GssdId>, why: &str) -> Result<()> {
+    pub(super) fn reclaim_now(&self, st: &mut State, ids: Vec<GssdId>, why: &str) -> Result<()> {
         for &id in &ids {
             self.reclaim_early(st, id, why)?;
         }
