@@ -143,9 +143,9 @@ pub fn harvest(a: &HarvestArgs, api: &str) -> Result<()> {
             println!(
                 "policy: {}",
                 match s.settings.policy {
-                    control::LendPolicy::Predicted =>
+                    control::LendPolicyKind::Predicted =>
                         "predicted (BlockFlex LSTMs per regular vSSD)",
-                    control::LendPolicy::Fixed => "fixed",
+                    control::LendPolicyKind::Fixed => "fixed",
                 }
             );
             if !s.predictions.is_empty() {

@@ -246,12 +246,18 @@ pub struct HarvestSettings {
     pub unsold: bool,
     /// Channels per gSSD made of unsold channels. Default 4.
     pub unsold_group: u32,
+    /// How long unsold channels are predicted to stay unsold: `histogram`
+    /// (default) or `fixed` (`lend_for_s`).
+    pub unsold_policy: UnsoldPolicyKind,
+    /// Histogram policy: the quantile of past unsold stretches a new unsold
+    /// gSSD is given (0–1; default 0.2: four in five past ones lasted longer).
+    pub unsold_quantile: f64,
     /// Time an evicted harvest volume gets to move off, seconds. Default 300.
     pub eviction_grace_s: u64,
     /// Copy unit of a live migration, bytes. Default 1 MiB.
     pub migrate_chunk_bytes: u64,
     /// Who decides what a regular vSSD lends: `predicted` (default) or `fixed`.
-    pub policy: LendPolicy,
+    pub policy: LendPolicyKind,
     /// Predicted policy: length of one observation window in seconds (the
     /// BlockFlex artifact's 18).
     pub window_s: u64,
@@ -279,10 +285,12 @@ impl Default for HarvestSettings {
             lend_fraction: 0.5,
             unsold: true,
             unsold_group: 4,
+            unsold_policy: UnsoldPolicyKind::Histogram,
+            unsold_quantile: 0.2,
             eviction_grace_s: 300,
             migrate_chunk_bytes: 1 << 20,
             priority_slack_us: 1,
-            policy: LendPolicy::Predicted,
+            policy: LendPolicyKind::Predicted,
             window_s: 18,
             predictor: predict::PredictorConfig::default(),
         }
@@ -311,13 +319,19 @@ impl HarvestSettings {
                 self.lend_fraction
             ));
         }
+        if !(0.0..=1.0).contains(&self.unsold_quantile) {
+            return Err(format!(
+                "harvest.unsold_quantile = {} must be in [0, 1]",
+                self.unsold_quantile
+            ));
+        }
         if self.lend_for_s < self.granule_s {
             return Err(format!(
                 "harvest.lend_for_s = {} is shorter than one duration granule (granule_s = {}): nothing could ever be lent",
                 self.lend_for_s, self.granule_s
             ));
         }
-        if self.enabled && self.policy == LendPolicy::Predicted {
+        if self.enabled && self.policy == LendPolicyKind::Predicted {
             predict::VssdPredictor::new(&self.predictor, predict::Role::Harvestable, 0)
                 .map_err(|e| format!("harvest.predictor: {e}"))?;
         }
@@ -331,14 +345,28 @@ impl HarvestSettings {
     }
 }
 
-/// What decides how much a regular vSSD lends, and for how long.
+/// Which lending policy decides how much a regular vSSD lends, and for how long
+/// (each is a `LendPolicy` of its own file under `harvester/policy/`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum LendPolicy {
+pub enum LendPolicyKind {
     /// BlockFlex's learned predictors, per vSSD (§4.4).
     #[default]
     Predicted,
     /// A fixed share of the spare blocks for a fixed time.
+    Fixed,
+}
+
+/// Which policy decides how long unsold channels stay unsold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnsoldPolicyKind {
+    /// BlockFlex's heuristic (§4.4.1): a low quantile of how long unsold
+    /// channels of the same group size stayed unsold on this host, `lend_for_s`
+    /// until there is such history.
+    #[default]
+    Histogram,
+    /// Always `lend_for_s`.
     Fixed,
 }
 

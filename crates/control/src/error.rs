@@ -126,6 +126,38 @@ pub enum ControlError {
         /// Its deadline, seconds on the daemon's clock.
         deadline_s: u64,
     },
+    /// A harvest request while the harvester is off.
+    #[error("the harvester is off: set `enabled = true` in the [harvest] section of the daemon's configuration and restart it (see docs/config.md)")]
+    HarvesterOff,
+    /// A harvest request naming a tenant that is not a harvest tenant.
+    #[error("{0} is not a harvest tenant: create its vSSD with role \"harvest\"")]
+    NotHarvestTenant(String),
+    /// A name reserved for the system (gSSD vSSDs are `gssd-<number>`).
+    #[error("{0:?}: names gssd-<number> are reserved for gSSDs")]
+    ReservedName(String),
+    /// A gSSD's vSSD cannot be deleted by hand.
+    #[error(
+        "{0} is a gSSD: it goes back to its home when its harvest volume is released or reclaimed"
+    )]
+    IsGssd(String),
+    /// A harvest tenant's vSSD still has harvest volumes.
+    #[error(
+        "{tenant} is the harvest tenant of volume {volume}: release its harvest volumes first"
+    )]
+    HasHarvestVolumes {
+        /// The tenant's vSSD.
+        tenant: String,
+        /// One of its volumes.
+        volume: String,
+    },
+    /// A vSSD's predictors failed (the daemon's fault, not the request's).
+    #[error("the predictors of {vssd} failed: {message}")]
+    Predictor {
+        /// The vSSD whose predictors failed.
+        vssd: String,
+        /// What failed.
+        message: String,
+    },
     /// The harvesting library refused an operation.
     #[error(transparent)]
     Harvest(#[from] harvest::HarvestError),
@@ -154,6 +186,9 @@ impl ControlError {
                 ErrorKind::NotFound
             }
             UnderHarvest { .. } => ErrorKind::NoSpace,
+            HarvesterOff | HasHarvestVolumes { .. } => ErrorKind::Conflict,
+            NotHarvestTenant(_) | ReservedName(_) | IsGssd(_) => ErrorKind::BadRequest,
+            Predictor { .. } => ErrorKind::Internal,
             Reclaiming { .. } => ErrorKind::Conflict,
             Harvest(_) => ErrorKind::BadRequest,
             Gvol(_) => ErrorKind::Internal,

@@ -12,8 +12,12 @@
 //!   and the NBD export registry (one export per vSSD, wrapped in a stats layer);
 //! * cache tiers (`[[tiers]]`, [`TierInfo`]): tenant volumes over a slow backing
 //!   file, cached in a vSSD under a shared replacement policy (GREM, D-GREM, ...);
-//! * BlockFlex harvesting (`[harvest]`, [`GssdInfo`], [`HarvestVolumeInfo`]):
-//!   idle flash lent as gSSDs, harvest volumes over them, reclaim and migration;
+//! * [`harvester`]: BlockFlex harvesting (`[harvest]`), a component with its own
+//!   state and locks behind the narrow [`harvester::HarvestHost`] trait: idle flash
+//!   lent as gSSDs by a [`harvester::LendPolicy`], harvest volumes over them,
+//!   reclaim and migration;
+//! * [`exports`]: one way to make an NBD export of any block device, and the one
+//!   registry that handshakes read;
 //! * [`ControlStore`]: durable records in an embedded transactional store (redb),
 //!   ordered so that a crash never leaves flash un-erased for the next tenant;
 //! * [`size`]: human sizes (`"512M"`) and block ranges (`"0..32"`).
@@ -22,6 +26,8 @@
 
 pub mod config;
 mod error;
+pub mod exports;
+pub mod harvester;
 mod manager;
 pub mod measure;
 pub mod size;
@@ -31,14 +37,16 @@ pub use config::{
     valid_name, ApiConfig, BackendKind, Config, DeviceConfig, Mode, NbdConfig, SchedulerSettings,
     VssdSpec, DEFAULT_CONFIG,
 };
-pub use config::{HarvestSettings, LendPolicy, TenantRole, TierSpec, TierVolumeSpec};
-pub use error::{ControlError, ErrorKind, Result};
-pub use manager::{
-    channel_list, DeviceInfo, EraseCounts, HostManager, HostStats, VssdInfo, VssdSlaInfo, VssdStats,
+pub use config::{
+    HarvestSettings, LendPolicyKind, TenantRole, TierSpec, TierVolumeSpec, UnsoldPolicyKind,
 };
-pub use manager::{
+pub use error::{ControlError, ErrorKind, Result};
+pub use harvester::{
     GssdInfo, HarvestEvent, HarvestEventKind, HarvestRequest, HarvestStatus, HarvestVolumeInfo,
     MigrationInfo, PredictionInfo,
+};
+pub use manager::{
+    channel_list, DeviceInfo, EraseCounts, HostManager, HostStats, VssdInfo, VssdSlaInfo, VssdStats,
 };
 pub use manager::{TierInfo, TierVolumeIo};
 pub use size::{format_size, parse_size, BlockRange, ByteSize};

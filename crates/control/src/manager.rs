@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use blockdev::{BlockDev, IoStats, Layered, StatsLayer, StatsSnapshot};
+use blockdev::{BlockDev, IoStats, StatsSnapshot};
 use clock::Clock;
 use flash::{Backend, DeviceStats, FlashDevice, Geometry, Timing};
 use ftl::{CheckpointStore, DirCheckpoints, Extent, FtlStats, GcPolicyKind, Vssd, VssdConfig};
@@ -26,6 +26,8 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::config::{valid_name, SchedulerSettings};
+use crate::exports::{ExportKind, Exports};
+use crate::harvester::{Harvester, ReclaimHook};
 use crate::store::{DeviceRecord, VssdRecord, VssdState};
 use crate::{format_size, BlockRange, Config, ControlError, ControlStore, Mode, Result, VssdSpec};
 
@@ -145,8 +147,6 @@ struct State {
     units: BTreeMap<UnitKey, Arc<sched::Scheduler>>,
     /// Cache tiers, by name.
     tiers: BTreeMap<String, self::tier::TierEntry>,
-    /// gSSDs, their pools and harvest volumes.
-    harvest: self::harvest::HarvestState,
 }
 
 impl State {
@@ -156,6 +156,13 @@ impl State {
             .get(name)
             .filter(|e| e.rec.state == VssdState::Active)
             .ok_or_else(|| ControlError::NoSuchVssd(name.into()))
+    }
+
+    /// Whether `name` is a gSSD's hidden vSSD.
+    fn is_ghost(&self, name: &str) -> bool {
+        self.vssds
+            .get(name)
+            .is_some_and(|e| matches!(e.rec.kind, crate::store::TenantKind::Ghost(_)))
     }
 
     fn device(&self, name: &str) -> Result<&DeviceEntry> {
@@ -187,11 +194,20 @@ impl State {
 pub struct HostManager {
     clock: Arc<dyn Clock>,
     mode: Mode,
-    store: ControlStore,
+    store: Arc<ControlStore>,
     ckpt: Arc<dyn CheckpointStore>,
+    /// Serialises lifecycle operations (vSSD create and delete, the harvester's
+    /// period, harvest volumes); held across erases and store writes, never
+    /// taken by reads or NBD handshakes.
     lifecycle: Mutex<()>,
+    /// Devices, vSSDs, units and tiers; guards map updates only.
     state: RwLock<State>,
-    harvest_settings: crate::config::HarvestSettings,
+    /// What NBD clients can open; its own lock, so a handshake waits for
+    /// nothing else.
+    exports: Exports,
+    /// BlockFlex harvesting; reached through [`ReclaimHook`] from the vSSD
+    /// lifecycle, and it reaches the host through `HarvestHost`.
+    harvester: Arc<Harvester>,
 }
 
 impl std::fmt::Debug for HostManager {
@@ -316,7 +332,15 @@ impl HostManager {
                 sched,
             });
         }
+        let store = Arc::new(store);
         let mgr = Self {
+            exports: Exports::new(config.mode, clock.clone()),
+            harvester: Arc::new(Harvester::new(
+                config.harvest.clone(),
+                clock.clone(),
+                config.mode,
+                store.clone(),
+            )),
             clock,
             mode: config.mode,
             store,
@@ -327,9 +351,7 @@ impl HostManager {
                 vssds: BTreeMap::new(),
                 units: BTreeMap::new(),
                 tiers: BTreeMap::new(),
-                harvest: Default::default(),
             }),
-            harvest_settings: config.harvest.clone(),
         };
         for rec in mgr.store.vssds()? {
             match rec.state {
@@ -354,7 +376,7 @@ impl HostManager {
             }
             mgr.store.set_initialized()?;
         }
-        mgr.open_harvest()?;
+        mgr.harvester.open(&mgr)?;
         mgr.open_tiers(config)?;
         Ok(mgr)
     }
@@ -446,16 +468,22 @@ impl HostManager {
     }
 
     fn insert_entry_locked(&self, st: &mut State, rec: VssdRecord, vssd: Arc<Vssd>) {
-        let io = Arc::new(IoStats::default());
-        let inner: Arc<dyn BlockDev> = vssd.clone();
-        let mut layer = StatsLayer::new(inner, io.clone());
-        if self.mode == Mode::Emulation {
-            // Device timelines follow the clock only in emulation mode, so only
-            // there is the modelled latency meaningful.
-            layer = layer.timed(self.clock.clone());
-        }
-        let export: Arc<dyn BlockDev> = Arc::new(Layered(layer));
+        let w = self.exports.wrap(vssd.clone());
+        let (export, io) = (w.export, w.io);
         let gate = self.attach_gate(st, &rec);
+        if rec.state == VssdState::Active && !matches!(rec.kind, crate::store::TenantKind::Ghost(_))
+        {
+            // gSSDs are never exported on their own; a tier hides its cache
+            // vSSD when it takes it.
+            self.exports.add(
+                &rec.name,
+                ExportKind::Vssd,
+                u64::from(rec.id),
+                Self::describe(&rec),
+                export.clone(),
+                gate.clone().map(|g| Arc::new(g) as Arc<dyn blockdev::Gate>),
+            );
+        }
         st.vssds.insert(
             rec.name.clone(),
             VssdEntry {
@@ -662,8 +690,7 @@ impl HostManager {
         if let Some(sla) = &spec.sla {
             Self::check_sla(&spec.name, sla)?;
         }
-        if self.state.read().vssds.contains_key(&spec.name)
-            || self.state.read().is_harvest_volume(&spec.name)
+        if self.state.read().vssds.contains_key(&spec.name) || self.harvester.is_volume(&spec.name)
         {
             return Err(ControlError::Duplicate(spec.name.clone()));
         }
@@ -672,10 +699,7 @@ impl HostManager {
             .strip_prefix("gssd-")
             .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
         {
-            return Err(ControlError::Invalid(format!(
-                "{:?}: names gssd-<number> are reserved for gSSDs",
-                spec.name
-            )));
+            return Err(ControlError::ReservedName(spec.name.clone()));
         }
         if let Some(tier) = self.state.read().tier_owning(&spec.name) {
             return Err(ControlError::TierName {
@@ -685,26 +709,21 @@ impl HostManager {
         }
         let (drec, dev, extents) = match self.place(spec) {
             Err(ControlError::NotEnoughChannels { device, .. })
-                if self.harvest_settings.enabled && spec.channels.is_some() =>
+                if self.harvester.enabled() && spec.channels.is_some() =>
             {
                 // Unsold channels lent to harvest tenants come back first.
-                let mut st = self.state.write();
                 let want = spec.channels.unwrap_or(0);
-                self.reclaim_unsold(&mut st, &device, want)?;
-                drop(st);
+                self.harvester.reclaim_unsold(self, &device, want)?;
                 self.place(spec)?
             }
             Err(ControlError::Overlap { other, .. })
-                if self.harvest_settings.enabled && self.state.read().is_ghost(&other) =>
+                if self.harvester.enabled() && self.state.read().is_ghost(&other) =>
             {
-                let mut st = self.state.write();
-                let id = st.harvest_gssd_of(&other);
-                self.reclaim_now(
-                    &mut st,
-                    id.into_iter().collect(),
+                self.harvester.reclaim_ghost(
+                    self,
+                    &other,
                     "a regular vSSD asked for its channels",
                 )?;
-                drop(st);
                 self.place(spec)?
             }
             other => other?,
@@ -782,9 +801,7 @@ impl HostManager {
     pub fn delete_vssd(&self, name: &str) -> Result<()> {
         let _g = self.lifecycle.lock();
         if self.state.read().is_ghost(name) {
-            return Err(ControlError::Invalid(format!(
-                "{name} is a gSSD: it goes back to its home when its harvest volume is released or reclaimed"
-            )));
+            return Err(ControlError::IsGssd(name.into()));
         }
         if self
             .state
@@ -793,15 +810,13 @@ impl HostManager {
             .values()
             .any(|e| matches!(e.rec.kind, crate::store::TenantKind::Ghost(_)))
         {
-            let mut st = self.state.write();
-            self.reclaim_home(&mut st, name)?;
-            let owns = st.harvest_volumes_of(name);
-            drop(st);
-            if let Some(v) = owns.first() {
-                return Err(ControlError::Invalid(format!(
-                    "{name} is the harvest tenant of volume {v}: release its harvest volumes first"
-                )));
-            }
+            self.harvester.reclaim_home(self, name)?;
+        }
+        if let Some(v) = self.harvester.volumes_of(name).into_iter().next() {
+            return Err(ControlError::HasHarvestVolumes {
+                tenant: name.into(),
+                volume: v,
+            });
         }
         if let Some(tier) = self.state.read().tier_owning(name) {
             return Err(ControlError::TierName {
@@ -822,6 +837,7 @@ impl HostManager {
         if let Some(e) = self.state.write().vssds.get_mut(name) {
             e.rec.state = VssdState::Deleting;
         }
+        self.exports.remove(name);
         entry.vssd.destroy()?;
         self.store.remove_vssd(name)?;
         let mut st = self.state.write();
@@ -1026,73 +1042,23 @@ impl HostManager {
 }
 
 impl nbd::ExportRegistry for HostManager {
-    /// The active vSSD or the cache-tier volume of that name; `""` is the vSSD
-    /// named `default`, or else the oldest active vSSD. A tier's cache vSSD is
-    /// not exported.
+    /// The export of that name (a vSSD, a tier volume or a harvest volume);
+    /// `""` is the vSSD named `default`, or else the oldest vSSD.
     fn lookup(&self, name: &str) -> Option<nbd::Export> {
-        let st = self.state.read();
-        if let Some(export) = self.tier_export(&st, name) {
-            return Some(export);
-        }
-        if let Some(export) = self.harvest_export(&st, name) {
-            return Some(export);
-        }
-        let active = |e: &&VssdEntry| {
-            e.rec.state == VssdState::Active
-                && !st.is_tier_cache(&e.rec.name)
-                && !st.is_ghost(&e.rec.name)
-        };
-        let e = if name.is_empty() {
-            st.vssds
-                .get("default")
-                .filter(active)
-                .or_else(|| st.vssds.values().filter(active).min_by_key(|e| e.rec.id))
-        } else {
-            st.vssds.get(name).filter(active)
-        }?;
-        Some(nbd::Export {
-            name: e.rec.name.clone(),
-            description: Self::describe(&e.rec),
-            dev: e.export.clone(),
-            pace: match self.mode {
-                Mode::Fast => None,
-                Mode::Emulation => Some(self.clock.clone()),
-            },
-            gate: e
-                .gate
-                .clone()
-                .map(|g| Arc::new(g) as Arc<dyn blockdev::Gate>),
-        })
+        self.exports.lookup(name)
     }
 
-    /// (name, description) of every active vSSD, by name (tier caches
-    /// excepted), then of every cache-tier volume.
+    /// (name, description) of every export: vSSDs, then tier volumes, then
+    /// harvest volumes.
     fn list(&self) -> Vec<(String, String)> {
-        let st = self.state.read();
-        let mut out: Vec<(String, String)> = st
-            .vssds
-            .values()
-            .filter(|e| {
-                e.rec.state == VssdState::Active
-                    && !st.is_tier_cache(&e.rec.name)
-                    && !st.is_ghost(&e.rec.name)
-            })
-            .map(|e| (e.rec.name.clone(), Self::describe(&e.rec)))
-            .collect();
-        out.extend(Self::tier_export_list(&st));
-        out.extend(Self::harvest_export_list(&st));
-        out
+        self.exports.list()
     }
 }
 
 mod sla;
 pub use sla::VssdSlaInfo;
 
-mod harvest;
-pub use self::harvest::{
-    GssdInfo, HarvestEvent, HarvestEventKind, HarvestRequest, HarvestStatus, HarvestVolumeInfo,
-    MigrationInfo, PredictionInfo,
-};
+mod harvest_host;
 
 mod tier;
 pub use self::tier::{TierInfo, TierVolumeIo};

@@ -14,14 +14,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use ::tier::{CacheTier, FileStore, HddModel, TierSetup, TierStats, VolumeSpec};
-use blockdev::{BlockDev, IoStats, Layered, StatsLayer, StatsSnapshot};
+use blockdev::{BlockDev, IoStats, StatsSnapshot};
 use cache::{PolicyConfig, PolicyKind};
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
 use super::{channels_of, HostManager, State};
 use crate::config::TierSpec;
-use crate::{format_size, Config, ControlError, Mode, Result, VssdSpec};
+use crate::exports::ExportKind;
+use crate::{format_size, Config, ControlError, Result, VssdSpec};
 
 /// What the API and the CLI show about a tier.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -166,38 +167,43 @@ impl HostManager {
             self.clock.clone(),
         )
         .map_err(tier_err)?;
-        let volumes = tier
+        // The cache vSSD is the tier's alone: not an export.
+        self.exports.remove(&cache_name);
+        let volumes: Vec<TierVolumeEntry> = tier
             .volumes()
             .iter()
             .map(|v| {
-                let io = Arc::new(IoStats::default());
-                let inner: Arc<dyn BlockDev> = v.clone();
-                let mut layer = StatsLayer::new(inner, io.clone());
-                if self.mode == Mode::Emulation {
-                    layer = layer.timed(self.clock.clone());
-                }
+                let w = self.exports.wrap(v.clone());
                 TierVolumeEntry {
                     name: v.name().to_string(),
-                    export: Arc::new(Layered(layer)),
-                    io,
+                    export: w.export,
+                    io: w.io,
                 }
             })
             .collect();
         info!(tier = %spec.name, policy = %spec.policy, cache = %format_size(cache_bytes),
               backing = %backing.display(), volumes = spec.volumes.len(), "cache tier ready");
-        self.state.write().tiers.insert(
-            spec.name.clone(),
-            TierEntry {
-                cache_vssd: cache_name,
-                device: info.device,
-                channels: channels_of(&info.extents),
-                backing,
-                backing_bytes: spec.backing_bytes(),
-                hdd: spec.hdd,
-                tier: Arc::new(tier),
-                volumes,
-            },
-        );
+        let entry = TierEntry {
+            cache_vssd: cache_name,
+            device: info.device,
+            channels: channels_of(&info.extents),
+            backing,
+            backing_bytes: spec.backing_bytes(),
+            hdd: spec.hdd,
+            tier: Arc::new(tier),
+            volumes,
+        };
+        for v in &entry.volumes {
+            self.exports.add(
+                &v.name,
+                ExportKind::TierVolume,
+                0,
+                Self::describe_tier_volume(&spec.name, &entry, v),
+                v.export.clone(),
+                None,
+            );
+        }
+        self.state.write().tiers.insert(spec.name.clone(), entry);
         Ok(())
     }
 
@@ -273,37 +279,6 @@ impl HostManager {
         t.resize(bytes / 4096).map_err(tier_err)?;
         info!(tier = %name, size = %format_size(bytes), "cache tier resized");
         self.tier(name)
-    }
-
-    /// The NBD export of a tier volume.
-    pub(super) fn tier_export(&self, st: &State, name: &str) -> Option<nbd::Export> {
-        let (tname, t) = st
-            .tiers
-            .iter()
-            .find(|(_, t)| t.volumes.iter().any(|v| v.name == name))?;
-        let v = t.volumes.iter().find(|v| v.name == name)?;
-        Some(nbd::Export {
-            name: v.name.clone(),
-            description: Self::describe_tier_volume(tname, t, v),
-            dev: v.export.clone(),
-            pace: match self.mode {
-                Mode::Fast => None,
-                Mode::Emulation => Some(self.clock.clone()),
-            },
-            gate: None,
-        })
-    }
-
-    /// (name, description) of every tier volume.
-    pub(super) fn tier_export_list(st: &State) -> Vec<(String, String)> {
-        st.tiers
-            .iter()
-            .flat_map(|(tname, t)| {
-                t.volumes
-                    .iter()
-                    .map(move |v| (v.name.clone(), Self::describe_tier_volume(tname, t, v)))
-            })
-            .collect()
     }
 
     fn describe_tier_volume(tname: &str, t: &TierEntry, v: &TierVolumeEntry) -> String {

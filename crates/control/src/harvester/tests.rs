@@ -10,7 +10,7 @@ use ftl::MemCheckpoints;
 use nbd::ExportRegistry;
 
 use super::*;
-use crate::{ByteSize, Config, ControlStore, ErrorKind, VssdSpec};
+use crate::{ByteSize, Config, ControlStore, ErrorKind, HostManager, VssdSpec};
 
 /// 8 channels × 2 dies × 1 plane × 32 blocks × 32 pages × 4 KiB = 64 MiB; a
 /// chunk is 8 blocks (1/64 of 512), a channel 64 blocks (8 MiB raw).
@@ -567,7 +567,7 @@ fn the_learned_predictors_decide_what_an_idle_vssd_lends_and_for_how_long() {
     harvester(&h.m, "hv", &[2, 3]);
     assert_eq!(
         h.m.harvest_settings().policy,
-        crate::config::LendPolicy::Predicted
+        crate::config::LendPolicyKind::Predicted
     );
     // Cold predictors lend nothing.
     h.m.harvest_tick().unwrap();
@@ -616,7 +616,7 @@ fn the_learned_predictors_decide_what_an_idle_vssd_lends_and_for_how_long() {
 fn the_default_config_has_harvesting_off_and_its_example_parses() {
     let d = Config::default();
     assert!(!d.harvest.enabled);
-    assert_eq!(d.harvest.policy, crate::config::LendPolicy::Predicted);
+    assert_eq!(d.harvest.policy, crate::config::LendPolicyKind::Predicted);
     let example: String = crate::DEFAULT_CONFIG
         .lines()
         .skip_while(|l| *l != "# [harvest]")
@@ -630,4 +630,54 @@ fn the_default_config_has_harvesting_off_and_its_example_parses() {
     let c = Config::from_toml(&example).unwrap();
     assert!(c.harvest.enabled && c.harvest.tick_ms == 1000, "{example}");
     c.validate().unwrap();
+}
+
+#[test]
+fn a_request_while_the_harvester_is_off_says_so_and_how_to_turn_it_on() {
+    let text =
+        config_text("/nonexistent", "memory", "").replace("enabled = true", "enabled = false");
+    let h = mem_text(&text);
+    harvester(&h.m, "hv", &[2, 3]);
+    h.m.harvest_tick().unwrap();
+    let e =
+        h.m.harvest_volume_create(&req("x", "hv", 1, 1, 60))
+            .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("harvester is off") && msg.contains("enabled = true"),
+        "{msg}"
+    );
+    assert!(
+        h.m.harvest_events(0).is_empty(),
+        "no exception event: nothing was tried"
+    );
+}
+
+#[test]
+fn the_harvester_reaches_exports_only_through_the_registry() {
+    // A harvest volume is listed and opened by kind, with no hand filtering:
+    // gSSDs never appear, the volume does, and goes with its release.
+    let h = mem("");
+    regular(&h.m, "reg", &[0, 1]);
+    harvester(&h.m, "hv", &[2, 3]);
+    h.m.harvest_tick().unwrap();
+    assert!(!h.m.gssds().is_empty());
+    h.m.harvest_volume_create(&req("vol", "hv", 1, 1, 60))
+        .unwrap();
+    let names: Vec<String> = ExportRegistry::list(&h.m)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        names,
+        ["hv", "reg", "vol"],
+        "vSSDs, then the harvest volume"
+    );
+    for g in h.m.gssds() {
+        assert!(h.m.lookup(&g.vssd).is_none(), "{} is hidden", g.vssd);
+    }
+    assert!(h.m.lookup("vol").is_some());
+    h.m.harvest_volume_release("vol").unwrap();
+    assert!(h.m.lookup("vol").is_none());
 }

@@ -22,7 +22,7 @@ use flash::FlashDevice;
 use parking_lot::RwLock;
 
 /// The gate of one harvest volume.
-pub(in crate::manager) struct PriorityGate {
+pub(super) struct PriorityGate {
     clock: Arc<dyn Clock>,
     slack: Nanos,
     piece: u64,
@@ -45,7 +45,7 @@ impl std::fmt::Debug for PriorityGate {
 impl PriorityGate {
     /// A gate admitting pieces of at most `piece` bytes while the shared dies free
     /// up within `slack`.
-    pub(in crate::manager) fn new(clock: Arc<dyn Clock>, slack: Nanos, piece: u64) -> Self {
+    pub(super) fn new(clock: Arc<dyn Clock>, slack: Nanos, piece: u64) -> Self {
         Self {
             clock,
             slack,
@@ -56,7 +56,7 @@ impl PriorityGate {
     }
 
     /// Replaces the shared channels (after the volume's gSSDs changed).
-    pub(in crate::manager) fn set_shared(&self, shared: Vec<(Arc<FlashDevice>, u32)>) {
+    pub(super) fn set_shared(&self, shared: Vec<(Arc<FlashDevice>, u32)>) {
         *self.shared.write() = shared;
         // Work promised to the old channels says nothing about the new ones.
         *self.booked.lock() = 0;

@@ -1,0 +1,258 @@
+//! Lending: idle homes and unsold channels become gSSDs, as the policies say,
+//! and the expiries of lent flash are refreshed every `refresh_s`.
+
+use clock::{Nanos, SEC};
+use ftl::Extent;
+use harvest::{Gssd, GssdId};
+use tracing::warn;
+
+use super::api::HarvestEventKind;
+use super::policy::Lendable;
+use super::{GhostRt, HarvestHost, Harvester, HomeView};
+use crate::store::GhostMeta;
+use crate::Result;
+
+impl Harvester {
+    /// Refreshes the expiries of pooled gSSDs (every `refresh_s`): unassigned
+    /// ones that expired go home, assigned ones that expired are reclaimed early.
+    pub(super) fn refresh(&self, host: &dyn HarvestHost) -> Result<()> {
+        let now = self.clock.now();
+        let fire = self.lock().timer.as_mut().is_some_and(|t| t.fire(now));
+        if !fire {
+            return Ok(());
+        }
+        let needy: Vec<String> = host
+            .homes()
+            .into_iter()
+            .filter(|h| h.vssd.needs_reclaim())
+            .map(|h| h.name)
+            .collect();
+        let devices: Vec<String> = self.lock().pools.keys().cloned().collect();
+        for device in devices {
+            // The policies give each gSSD's new expiry: a lent one's from its
+            // home's policy (`None`: unchanged, e.g. a cold predictor), an
+            // unsold one's from the unsold policy.
+            let lent: Vec<(GssdId, Option<String>, Vec<u32>)> = {
+                let st = self.lock();
+                st.pools[&device]
+                    .iter()
+                    .filter_map(|g| st.gssds.get(&g.id).map(|rt| (g.id, rt)))
+                    .filter(|(_, rt)| !rt.home.as_ref().is_some_and(|h| needy.contains(h)))
+                    .map(|(id, rt)| (id, rt.home.clone(), super::channels_of(&rt.extents)))
+                    .collect()
+            };
+            let mut updates: Vec<(GssdId, Nanos)> = Vec::new();
+            {
+                let mut policy = self.policy.lock();
+                let mut unsold = self.unsold.lock();
+                for (id, home, channels) in lent {
+                    let t = match home {
+                        Some(h) => policy.expiry(now, &h),
+                        None => Some(now.saturating_add(unsold.lifetime(now, &device, &channels))),
+                    };
+                    if let Some(t) = t {
+                        updates.push((id, t));
+                    }
+                }
+            }
+            let report = {
+                let mut st = self.lock();
+                let pool = st.pool(&device);
+                let g = pool.config().duration_granule();
+                let updates: Vec<(GssdId, Nanos)> = updates
+                    .into_iter()
+                    .map(|(id, t)| (id, now + (t.max(now) - now) / g * g))
+                    .collect();
+                pool.refresh(now, &updates)
+            };
+            for g in report.dropped {
+                self.emit(
+                    HarvestEventKind::Expired,
+                    Some(g.id),
+                    None,
+                    None,
+                    format!("unassigned gSSD {} expired", g.id),
+                );
+                self.return_home(host, g.id, "expired")?;
+            }
+            for id in report.expired_in_use {
+                self.reclaim_early(host, id, "it expired while in use")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates the hidden vSSD of a gSSD on `extents` and puts the gSSD in its
+    /// device's pool.
+    fn create_ghost(
+        &self,
+        host: &dyn HarvestHost,
+        device: &str,
+        extents: Vec<Extent>,
+        home: Option<&HomeView>,
+        capacity_blocks: u64,
+        lasts: Nanos,
+    ) -> Result<GssdId> {
+        let now = self.clock.now();
+        let devices = host.devices();
+        let geo = devices
+            .iter()
+            .find(|d| d.name == device)
+            .map(|d| d.geometry)
+            .ok_or_else(|| crate::ControlError::NoSuchDevice(device.into()))?;
+        let cfg = self.harvest_cfg(&geo);
+        let gssd = self.store.next_serial()?;
+        let bandwidth = super::channels_of(&extents).len() as u32;
+        let probe = Gssd::new(
+            &cfg,
+            gssd,
+            home.map(|h| h.id),
+            capacity_blocks,
+            bandwidth,
+            now,
+            lasts,
+        )?;
+        let meta = GhostMeta {
+            gssd,
+            home: home.map(|h| h.name.clone()),
+            bandwidth,
+            capacity_blocks,
+            expiry: probe.expiry,
+        };
+        let ghost = host.create_ghost(device, extents.clone(), meta.clone())?;
+        let g = Gssd {
+            ghost: Some(ghost.id),
+            ..probe
+        };
+        let mut st = self.lock();
+        st.pool(device).insert(g)?;
+        st.gssds.insert(
+            gssd,
+            GhostRt {
+                name: ghost.name,
+                device: device.to_string(),
+                home: home.map(|h| h.name.clone()),
+                extents,
+                capacity_bytes: ghost.capacity_bytes,
+                meta,
+                vssd: ghost.vssd,
+                out: None,
+            },
+        );
+        Ok(gssd)
+    }
+
+    /// Idle homes lend what the policy offers (if that makes at least one
+    /// chunk), and unsold channels become gSSDs of up to `unsold_group`
+    /// channels.
+    pub(super) fn lend_idle(&self, host: &dyn HarvestHost) -> Result<()> {
+        let now = self.clock.now();
+        let granule = self.settings.granule_s.saturating_mul(SEC);
+        let (lending, cooling) = {
+            let mut st = self.lock();
+            st.cooling.retain(|_, t| now < t.saturating_add(granule));
+            let lending: Vec<String> = st.gssds.values().filter_map(|g| g.home.clone()).collect();
+            (lending, st.cooling.keys().cloned().collect::<Vec<_>>())
+        };
+        let devices = host.devices();
+        let homes: Vec<HomeView> = host
+            .homes()
+            .into_iter()
+            .filter(|h| !lending.contains(&h.name) && !cooling.contains(&h.name))
+            .filter(|h| !h.vssd.needs_reclaim())
+            .collect();
+        for home in homes {
+            let Some(geo) = devices
+                .iter()
+                .find(|d| d.name == home.device)
+                .map(|d| d.geometry)
+            else {
+                continue;
+            };
+            let cfg = self.harvest_cfg(&geo);
+            let lendable = home.vssd.lendable();
+            let offer = self.policy.lock().offer(
+                now,
+                &Lendable {
+                    name: &home.name,
+                    channels: home.channels().len(),
+                    extent_blocks: home.extents.iter().map(|x| x.blocks).max().unwrap_or(0),
+                    per_channel: &lendable,
+                },
+            );
+            let Some(offer) = offer else {
+                continue;
+            };
+            let chans: Vec<u32> = lendable[..offer.channels.min(lendable.len())]
+                .iter()
+                .map(|&(c, _)| c)
+                .collect();
+            let units = u64::from(geo.dies_per_channel) * u64::from(geo.planes_per_die);
+            let k = units * chans.len() as u64;
+            // Largest per-plane count whose total is whole chunks.
+            let mut b = offer.per_plane;
+            while b > 0 && !(b * k).is_multiple_of(cfg.chunk_blocks) {
+                b -= 1;
+            }
+            if b == 0 || chans.is_empty() || offer.lasts < granule {
+                continue;
+            }
+            let extents = host.lend(&home.name, &chans, b as u32)?;
+            match self.create_ghost(
+                host,
+                &home.device,
+                extents.clone(),
+                Some(&home),
+                b * k,
+                offer.lasts,
+            ) {
+                Ok(id) => self.emit(
+                    HarvestEventKind::Created,
+                    Some(id),
+                    None,
+                    Some(&home.name),
+                    format!(
+                        "gSSD {id}: {} blocks on channels {} lent by {}",
+                        b * k,
+                        crate::channel_list(&chans),
+                        home.name
+                    ),
+                ),
+                Err(err) => {
+                    warn!(vssd = %home.name, error = %err, "could not create a gSSD on lent blocks; taking them back");
+                    host.take_back(&home.name, &extents)?;
+                }
+            }
+        }
+        if self.settings.unsold {
+            for d in &devices {
+                let cfg = self.harvest_cfg(&d.geometry);
+                for group in d.free_channels.chunks(self.settings.unsold_group as usize) {
+                    let extents: Vec<Extent> = group
+                        .iter()
+                        .map(|&c| Extent::whole_channel(&d.geometry, c))
+                        .collect();
+                    let blocks = u64::from(d.geometry.blocks_per_channel()) * group.len() as u64;
+                    let cap = blocks / cfg.chunk_blocks * cfg.chunk_blocks;
+                    if cap == 0 {
+                        continue;
+                    }
+                    let lasts = self.unsold.lock().lifetime(now, &d.name, group);
+                    let id = self.create_ghost(host, &d.name, extents, None, cap, lasts)?;
+                    self.emit(
+                        HarvestEventKind::Created,
+                        Some(id),
+                        None,
+                        None,
+                        format!(
+                            "gSSD {id}: unsold channels {} of {}",
+                            crate::channel_list(group),
+                            d.name
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
