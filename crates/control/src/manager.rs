@@ -17,12 +17,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use blockdev::{BlockDev, IoStats, StatsSnapshot};
+use blockdev::{BlockDev, IoStats};
 use clock::Clock;
-use flash::{Backend, DeviceStats, FlashDevice, Geometry, Timing};
-use ftl::{CheckpointStore, DirCheckpoints, Extent, FtlStats, GcPolicyKind, Vssd, VssdConfig};
+use flash::{Backend, FlashDevice};
+use ftl::{CheckpointStore, DirCheckpoints, Extent, Vssd, VssdConfig};
 use parking_lot::{Mutex, RwLock};
-use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::config::{valid_name, SchedulerSettings};
@@ -30,96 +29,6 @@ use crate::exports::{ExportKind, Exports};
 use crate::harvester::{Harvester, ReclaimHook};
 use crate::store::{DeviceRecord, VssdRecord, VssdState};
 use crate::{format_size, BlockRange, Config, ControlError, ControlStore, Mode, Result, VssdSpec};
-
-/// What the API and the CLI show about a vSSD.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VssdInfo {
-    /// Name, also its NBD export name.
-    pub name: String,
-    /// Owner id in the flash OOB records.
-    pub id: u32,
-    /// Device it lives on.
-    pub device: String,
-    /// Channels it has flash on, ascending.
-    pub channels: Vec<u32>,
-    /// Exactly which blocks it owns.
-    pub extents: Vec<Extent>,
-    /// Exported size in bytes.
-    pub capacity_bytes: u64,
-    /// GC victim policy.
-    pub gc: GcPolicyKind,
-    /// Lifecycle state (`active`, or `deleting` while its flash is being erased).
-    pub state: VssdState,
-    /// Its SLA with the scheduler, if it has one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sla: Option<sched::TenantSla>,
-    /// Regular (omitted), harvest, or a gSSD.
-    #[serde(default, skip_serializing_if = "crate::store::TenantKind::is_regular")]
-    pub kind: crate::store::TenantKind,
-    /// Blocks it lends to a gSSD.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub lent: Vec<Extent>,
-}
-
-/// Counters of one vSSD: FTL statistics plus the request counters seen by its export.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VssdStats {
-    /// vSSD name.
-    pub name: String,
-    /// Device it lives on.
-    pub device: String,
-    /// FTL counters and gauges.
-    pub ftl: FtlStats,
-    /// Requests as the clients issued them.
-    pub io: StatsSnapshot,
-    /// Flash pages programmed per host page written.
-    pub write_amplification: f64,
-}
-
-/// Erase counts over every block of a device.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct EraseCounts {
-    /// Least-erased block.
-    pub min: u32,
-    /// Most-erased block.
-    pub max: u32,
-    /// Mean over all blocks.
-    pub avg: f64,
-}
-
-/// What the API and the CLI show about a device.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DeviceInfo {
-    /// Device name.
-    pub name: String,
-    /// Where its bytes live.
-    pub backend: Backend,
-    /// Shape.
-    pub geometry: Geometry,
-    /// Latencies.
-    pub timing: Timing,
-    /// Raw flash in bytes.
-    pub raw_bytes: u64,
-    /// Channels no vSSD has flash on.
-    pub free_channels: Vec<u32>,
-    /// Channels some vSSD has flash on.
-    pub used_channels: Vec<u32>,
-    /// vSSDs on this device, by name.
-    pub vssds: Vec<String>,
-    /// Wear.
-    pub erase_count: EraseCounts,
-    /// Operation counters since the daemon started.
-    pub stats: DeviceStats,
-}
-
-/// Everything `GET /v1/stats` reports.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HostStats {
-    /// Per device.
-    pub devices: Vec<DeviceInfo>,
-    /// Per active vSSD.
-    pub vssds: Vec<VssdStats>,
-}
 
 struct DeviceEntry {
     rec: DeviceRecord,
@@ -564,123 +473,6 @@ impl HostManager {
         &self.clock
     }
 
-    /// Chooses the device and the flash for a new vSSD.
-    fn place(&self, spec: &VssdSpec) -> Result<(DeviceRecord, Arc<FlashDevice>, Vec<Extent>)> {
-        let st = self.state.read();
-        if st.devices.is_empty() {
-            return Err(ControlError::Invalid(
-                "no flash devices are configured".into(),
-            ));
-        }
-        if spec.blocks.is_some() && spec.channel_ids.is_none() {
-            return Err(ControlError::Invalid(
-                "a block range (blocks) needs an explicit channel list (channel_ids)".into(),
-            ));
-        }
-        if let Some(ids) = &spec.channel_ids {
-            if ids.is_empty() {
-                return Err(ControlError::Invalid(
-                    "channel_ids must list at least one channel".into(),
-                ));
-            }
-            if let Some(n) = spec.channels {
-                if n as usize != ids.len() {
-                    return Err(ControlError::Invalid(format!(
-                        "channels = {n} disagrees with the {} channels listed in channel_ids",
-                        ids.len()
-                    )));
-                }
-            }
-            let d = match &spec.device {
-                Some(name) => st.device(name)?,
-                None => &st.devices[0],
-            };
-            let geo = d.rec.geometry;
-            let mut seen = BTreeSet::new();
-            for &c in ids {
-                if c >= geo.channels {
-                    return Err(ControlError::Invalid(format!(
-                        "channel {c} does not exist: device {} has channels 0 to {}",
-                        d.rec.name,
-                        geo.channels - 1
-                    )));
-                }
-                if !seen.insert(c) {
-                    return Err(ControlError::Invalid(format!(
-                        "channel {c} is listed twice in channel_ids"
-                    )));
-                }
-            }
-            let range = spec.blocks.unwrap_or(BlockRange {
-                start: 0,
-                end: geo.blocks_per_plane,
-            });
-            if range.is_empty() || range.end > geo.blocks_per_plane {
-                return Err(ControlError::Invalid(format!(
-                    "block range {range} is outside the blocks 0..{} of each plane of device {}",
-                    geo.blocks_per_plane, d.rec.name
-                )));
-            }
-            let extents: Vec<Extent> = ids
-                .iter()
-                .map(|&c| Extent {
-                    channel: c,
-                    first_block: range.start,
-                    blocks: range.len(),
-                })
-                .collect();
-            for v in st.vssds.values().filter(|v| v.rec.device == d.rec.name) {
-                for theirs in &v.rec.extents {
-                    for ours in &extents {
-                        if theirs.channel == ours.channel
-                            && range_of(theirs).overlaps(&range_of(ours))
-                        {
-                            return Err(ControlError::Overlap {
-                                other: v.rec.name.clone(),
-                                channel: ours.channel,
-                                ours: range_of(ours).to_string(),
-                                theirs: range_of(theirs).to_string(),
-                            });
-                        }
-                    }
-                }
-            }
-            return Ok((d.rec.clone(), d.dev.clone(), extents));
-        }
-        let n = spec.channels.ok_or_else(|| {
-            ControlError::Invalid(
-                "say how many channels (channels) or which ones (channel_ids)".into(),
-            )
-        })?;
-        if n == 0 {
-            return Err(ControlError::Invalid("channels must be at least 1".into()));
-        }
-        let candidates: Vec<&DeviceEntry> = match &spec.device {
-            Some(name) => vec![st.device(name)?],
-            None => st.devices.iter().collect(),
-        };
-        let mut best: Option<(&str, usize)> = None;
-        for d in candidates {
-            let free = st.free_channels(d);
-            if free.len() >= n as usize {
-                let extents = free[..n as usize]
-                    .iter()
-                    .map(|&c| Extent::whole_channel(&d.rec.geometry, c))
-                    .collect();
-                return Ok((d.rec.clone(), d.dev.clone(), extents));
-            }
-            if best.is_none_or(|(_, f)| free.len() > f) {
-                best = Some((&d.rec.name, free.len()));
-            }
-        }
-        let (device, free) = best.expect("at least one candidate device");
-        Err(ControlError::NotEnoughChannels {
-            device: device.into(),
-            requested: n,
-            free: free as u32,
-        })
-    }
-
     /// Creates a vSSD (see [`VssdSpec`] for the choices and their defaults).
     pub fn create_vssd(&self, spec: &VssdSpec) -> Result<VssdInfo> {
         let _g = self.lifecycle.lock();
@@ -849,154 +641,6 @@ impl HostManager {
         Ok(())
     }
 
-    fn info(rec: &VssdRecord) -> VssdInfo {
-        VssdInfo {
-            name: rec.name.clone(),
-            id: rec.id,
-            device: rec.device.clone(),
-            channels: channels_of(&rec.extents),
-            extents: rec.extents.clone(),
-            capacity_bytes: rec.capacity_bytes,
-            gc: rec.gc,
-            state: rec.state,
-            sla: rec.sla.clone(),
-            kind: rec.kind.clone(),
-            lent: rec.lent.clone(),
-        }
-    }
-
-    /// Every vSSD, by name.
-    pub fn list(&self) -> Vec<VssdInfo> {
-        self.state
-            .read()
-            .vssds
-            .values()
-            .filter(|e| !matches!(e.rec.kind, crate::store::TenantKind::Ghost(_)))
-            .map(|e| Self::info(&e.rec))
-            .collect()
-    }
-
-    /// One vSSD.
-    pub fn get(&self, name: &str) -> Result<VssdInfo> {
-        self.state
-            .read()
-            .vssds
-            .get(name)
-            .map(|e| Self::info(&e.rec))
-            .ok_or_else(|| ControlError::NoSuchVssd(name.into()))
-    }
-
-    /// The FTL of an active vSSD (for tests and tools that need more than stats).
-    pub fn vssd(&self, name: &str) -> Option<Arc<Vssd>> {
-        let st = self.state.read();
-        st.active(name).ok().map(|e| e.vssd.clone())
-    }
-
-    /// The exported block device of an active vSSD: the vSSD wrapped in its stats
-    /// layer, exactly what NBD clients use.
-    pub fn export_dev(&self, name: &str) -> Option<Arc<dyn BlockDev>> {
-        let st = self.state.read();
-        st.active(name).ok().map(|e| e.export.clone())
-    }
-
-    fn stats_of(e: &VssdEntry) -> VssdStats {
-        let ftl = e.vssd.stats();
-        VssdStats {
-            name: e.rec.name.clone(),
-            device: e.rec.device.clone(),
-            ftl,
-            io: e.io.snapshot(),
-            write_amplification: ftl.write_amplification(),
-        }
-    }
-
-    /// Counters of one vSSD.
-    pub fn vssd_stats(&self, name: &str) -> Result<VssdStats> {
-        let st = self.state.read();
-        let e = st.active(name)?;
-        Ok(Self::stats_of(e))
-    }
-
-    /// Starts a new window for a vSSD's modelled-latency percentiles.
-    pub fn reset_latency(&self, name: &str) -> Result<()> {
-        let st = self.state.read();
-        let e = st.active(name)?;
-        e.io.reset_latency();
-        Ok(())
-    }
-
-    fn device_info(st: &State, d: &DeviceEntry) -> DeviceInfo {
-        let geo = d.rec.geometry;
-        let (mut min, mut max, mut sum) = (u32::MAX, 0u32, 0u64);
-        for b in 0..geo.total_blocks() {
-            let c = d.dev.erase_count(b);
-            min = min.min(c);
-            max = max.max(c);
-            sum += c as u64;
-        }
-        let used = st.used_channels(&d.rec.name);
-        DeviceInfo {
-            name: d.rec.name.clone(),
-            backend: d.rec.backend.clone(),
-            geometry: geo,
-            timing: d.rec.timing,
-            raw_bytes: geo.total_bytes(),
-            free_channels: st.free_channels(d),
-            used_channels: used.into_iter().collect(),
-            vssds: st
-                .vssds
-                .values()
-                .filter(|v| v.rec.device == d.rec.name)
-                .map(|v| v.rec.name.clone())
-                .collect(),
-            erase_count: EraseCounts {
-                min,
-                max,
-                avg: sum as f64 / geo.total_blocks().max(1) as f64,
-            },
-            stats: d.dev.stats(),
-        }
-    }
-
-    /// Every device, in configuration order.
-    pub fn devices(&self) -> Vec<DeviceInfo> {
-        let st = self.state.read();
-        st.devices
-            .iter()
-            .map(|d| Self::device_info(&st, d))
-            .collect()
-    }
-
-    /// One device.
-    pub fn device(&self, name: &str) -> Result<DeviceInfo> {
-        let st = self.state.read();
-        let d = st.device(name)?;
-        Ok(Self::device_info(&st, d))
-    }
-
-    /// The flash device of that name (for tests and tools).
-    pub fn flash(&self, name: &str) -> Option<Arc<FlashDevice>> {
-        self.state.read().device(name).ok().map(|d| d.dev.clone())
-    }
-
-    /// Stats of every device and every active vSSD.
-    pub fn stats(&self) -> HostStats {
-        let st = self.state.read();
-        HostStats {
-            devices: st
-                .devices
-                .iter()
-                .map(|d| Self::device_info(&st, d))
-                .collect(),
-            vssds: st
-                .vssds
-                .values()
-                .filter(|e| e.rec.state == VssdState::Active)
-                .map(Self::stats_of)
-                .collect(),
-        }
-    }
-
     /// Clean shutdown: closes (syncs and checkpoints) every vSSD and syncs every
     /// device. The manager stays usable; the daemon calls this once before exiting.
     /// Every vSSD is closed even if one fails; the first error is returned.
@@ -1026,19 +670,6 @@ impl HostManager {
         info!("host manager shut down");
         first.map_or(Ok(()), Err)
     }
-
-    fn describe(rec: &VssdRecord) -> String {
-        format!(
-            "flexssd vSSD on {} channels {}, {}, {} GC",
-            rec.device,
-            channel_list(&channels_of(&rec.extents)),
-            format_size(rec.capacity_bytes),
-            match rec.gc {
-                GcPolicyKind::Greedy => "greedy",
-                GcPolicyKind::CostBenefit => "cost-benefit",
-            }
-        )
-    }
 }
 
 impl nbd::ExportRegistry for HostManager {
@@ -1059,6 +690,9 @@ mod sla;
 pub use sla::VssdSlaInfo;
 
 mod harvest_host;
+mod place;
+mod views;
+pub use views::{DeviceInfo, EraseCounts, HostStats, VssdInfo, VssdStats};
 
 mod tier;
 pub use self::tier::{TierInfo, TierVolumeIo};

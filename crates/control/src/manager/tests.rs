@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use blockdev::BlockDev;
 use clock::VirtualClock;
-use ftl::MemCheckpoints;
+use flash::Geometry;
+use ftl::{GcPolicyKind, MemCheckpoints};
 use nbd::ExportRegistry;
 
 use super::*;
