@@ -4,7 +4,8 @@
 //!
 //! Before the harvester had its own locks, a tick held the host's map lock for
 //! writing while the LSTMs trained, so a handshake waited for the whole tick
-//! (p99 26 ms, max 72 ms with only four vSSDs). The bound is the issue's: p99
+//! (p99 26 ms, max 72 ms with only four vSSDs; this test on that code: p99
+//! 242 ms, 41 lookups in 6.2 s). The bound is the issue's: p99
 //! within 2 ms of the harvester-off run. This is a latency test on a shared
 //! 2-core machine, so each side takes many samples and sleeps between them,
 //! as a handshaking client would, rather than spinning against the trainer.
@@ -143,14 +144,14 @@ fn handshakes_do_not_wait_for_predictor_training() {
     );
     assert_eq!(preds.len(), VSSDS as usize, "every vSSD has predictors");
     assert!(
-        on.lookups >= 100,
-        "too few lookups to measure ({}): the ticks were too short",
-        on.lookups
-    );
-    assert!(
         on.p99 <= off.p99 + Duration::from_millis(2),
         "lookup p99 {:?} with the harvester training vs {:?} without",
         on.p99,
         off.p99
+    );
+    assert!(
+        on.lookups >= 100,
+        "too few lookups to measure ({}): the ticks were too short",
+        on.lookups
     );
 }
