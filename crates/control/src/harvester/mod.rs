@@ -55,7 +55,7 @@ use crate::store::{GhostMeta, HarvestVolumeRecord, VssdRecord};
 use crate::{ControlStore, Mode, Result};
 
 mod api;
-mod lend;
+mod lending;
 pub mod policy;
 mod priority;
 mod reclaim;
@@ -66,7 +66,7 @@ pub use api::{
     GssdInfo, HarvestEvent, HarvestEventKind, HarvestRequest, HarvestStatus, HarvestVolumeInfo,
     MigrationInfo, PredictionInfo,
 };
-pub use policy::{HomeSample, LendPolicy, Offer, UnsoldPolicy};
+pub use lend::{HomeSample, LendPolicy, Lendable, Offer, UnsoldPolicy};
 
 /// Events kept in memory for `GET /v1/events` (older ones are dropped; every event
 /// is also logged through `tracing`).
@@ -261,7 +261,7 @@ pub struct Harvester {
     mode: Mode,
     store: Arc<ControlStore>,
     state: Mutex<HarvestState>,
-    policy: Mutex<Box<dyn LendPolicy>>,
+    policy: Mutex<policy::PolicyRt>,
     unsold: Mutex<Box<dyn UnsoldPolicy>>,
 }
 
@@ -319,7 +319,7 @@ impl Harvester {
             mode,
             store,
             state: Mutex::new(HarvestState::default()),
-            policy: Mutex::new(policy),
+            policy: Mutex::new(policy::PolicyRt::new(policy)),
             unsold: Mutex::new(unsold),
         }
     }
@@ -429,15 +429,38 @@ impl Harvester {
         }
         let now = self.clock.now();
         let devices = host.devices();
-        let samples: Vec<HomeSample> = host
-            .homes()
-            .iter()
-            .filter_map(|h| HomeSample::of(h, &devices, now))
+        let homes = host.homes();
+        let mut rt = self.policy.lock();
+        let samples = rt.sample(&homes, &devices, now);
+        rt.policy.observe(now, &samples).map_err(|e| {
+            let lend::PolicyError::Predictor { home, source } = e;
+            crate::ControlError::Predictor {
+                vssd: homes
+                    .iter()
+                    .find(|h| h.id == home)
+                    .map_or_else(|| format!("vSSD id {home}"), |h| h.name.clone()),
+                message: source.to_string(),
+            }
+        })?;
+        let predictions: BTreeMap<String, PredictionInfo> = rt
+            .policy
+            .predictions()
+            .into_iter()
+            .filter_map(|(id, p)| {
+                let name = homes.iter().find(|h| h.id == id)?.name.clone();
+                Some((
+                    name,
+                    PredictionInfo {
+                        warm: p.warm,
+                        bandwidth_level: p.bandwidth,
+                        capacity_level: p.capacity,
+                        spare_levels: (p.spare_bandwidth, p.spare_capacity),
+                        duration_s: p.duration / SEC,
+                    },
+                ))
+            })
             .collect();
-        let mut policy = self.policy.lock();
-        policy.observe(now, &samples)?;
-        let predictions = policy.predictions(now);
-        drop(policy);
+        drop(rt);
         self.lock().predictions = predictions;
         Ok(())
     }

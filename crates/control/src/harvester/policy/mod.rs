@@ -1,140 +1,104 @@
-//! What a regular vSSD lends, and for how long: one [`LendPolicy`] per file.
+//! The harvester's policies: which of `crates/lend`'s [`LendPolicy`] and
+//! [`UnsoldPolicy`] the settings name (one match each), and how the harvester
+//! turns a home's counters into the [`HomeSample`] they learn from.
 //!
-//! The harvester asks its policy three things: to learn from every home's
-//! counters at each period ([`LendPolicy::observe`], run with no lock that I/O
-//! or reads take, since the predicted policy trains LSTMs there), what a home
-//! may lend now ([`LendPolicy::offer`]), and until when flash it lent stays free
-//! ([`LendPolicy::expiry`]). Unsold channels have no tenant to learn from, so
-//! their lifetime is an [`UnsoldPolicy`]'s.
-//!
-//! Adding a policy is one file here and one arm in [`lend_policy`] or
-//! [`unsold_policy`].
+//! The policies themselves live in `crates/lend`, one file each, so that the
+//! fleet simulator runs the very same types.
 
 use std::collections::BTreeMap;
 
-use clock::Nanos;
+use clock::{Nanos, SEC};
+use lend::{
+    Fixed, FixedLifetime, HomeSample, LendPolicy, Predicted, UnsoldHistogramPolicy, UnsoldPolicy,
+};
 
-use super::api::PredictionInfo;
 use super::{DeviceView, HomeView};
 use crate::config::{HarvestSettings, LendPolicyKind, UnsoldPolicyKind};
-use crate::Result;
-
-mod fixed;
-mod predicted;
-mod unsold;
-
-pub use fixed::{Fixed, FixedLifetime};
-pub use predicted::Predicted;
-pub use unsold::UnsoldHistogramPolicy;
-
-/// One home's counters at one period, for the policies to learn from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HomeSample {
-    /// The home vSSD.
-    pub name: String,
-    /// Its record id (seeds its predictors).
-    pub id: u64,
-    /// When sampled.
-    pub at: Nanos,
-    /// Bytes its clients read and wrote so far.
-    pub bytes: u64,
-    /// Requests its clients issued so far.
-    pub ops: u64,
-    /// Share of its capacity holding data (0–1).
-    pub util: f64,
-    /// Channels it owns.
-    pub channels: usize,
-    /// Its full bandwidth, bytes/s (channels × channel rate).
-    pub bw_full: f64,
-    /// Its full IOPS (dies × 1 / page read time).
-    pub iops_full: f64,
-}
-
-impl HomeSample {
-    /// Samples `home` at `now`; `None` if its device is unknown.
-    pub fn of(home: &HomeView, devices: &[DeviceView], now: Nanos) -> Option<Self> {
-        let d = devices.iter().find(|d| d.name == home.device)?;
-        let io = home.io.snapshot();
-        let ftl = home.vssd.stats();
-        let nch = home.channels().len() as f64;
-        Some(Self {
-            name: home.name.clone(),
-            id: home.id,
-            at: now,
-            bytes: io.read_bytes + io.write_bytes,
-            ops: io.reads + io.writes,
-            util: (ftl.mapped_pages * u64::from(d.geometry.page_size)) as f64
-                / home.capacity_bytes.max(1) as f64,
-            channels: home.channels().len(),
-            bw_full: nch * d.timing.channel_mbps as f64 * 1e6,
-            iops_full: nch * f64::from(d.geometry.dies_per_channel) * 1e9
-                / d.timing.read_ns.max(1) as f64,
-        })
-    }
-}
-
-/// What a home could lend now, as its FTL says.
-#[derive(Debug, Clone, Copy)]
-pub struct Lendable<'a> {
-    /// The home vSSD.
-    pub name: &'a str,
-    /// Channels it owns.
-    pub channels: usize,
-    /// Blocks per plane of its largest extent.
-    pub extent_blocks: u32,
-    /// (channel, blocks per plane its FTL can empty), in the order lending
-    /// takes them.
-    pub per_channel: &'a [(u32, u32)],
-}
-
-/// A policy's answer for one home.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Offer {
-    /// Lend on the first this many entries of [`Lendable::per_channel`].
-    pub channels: usize,
-    /// Blocks per plane to lend on each.
-    pub per_plane: u64,
-    /// How long they are predicted to stay free.
-    pub lasts: Nanos,
-}
-
-/// Decides what a regular vSSD lends and for how long.
-pub trait LendPolicy: Send {
-    /// Every home's counters at this period (the learned policy trains here).
-    fn observe(&mut self, _now: Nanos, _homes: &[HomeSample]) -> Result<()> {
-        Ok(())
-    }
-    /// What `home` may lend now; `None`: nothing.
-    fn offer(&mut self, now: Nanos, home: &Lendable<'_>) -> Option<Offer>;
-    /// Until when the flash `home` lent stays free, as of a refresh at `now`;
-    /// `None` leaves the expiry as it is.
-    fn expiry(&mut self, now: Nanos, home: &str) -> Option<Nanos>;
-    /// What the policy predicts per home now, for `harvest status`.
-    fn predictions(&self, _now: Nanos) -> BTreeMap<String, PredictionInfo> {
-        BTreeMap::new()
-    }
-}
-
-/// Decides how long unsold channels stay unsold.
-pub trait UnsoldPolicy: Send {
-    /// How long `channels` of `device`, unsold at `now`, are predicted to stay so.
-    fn lifetime(&mut self, now: Nanos, device: &str, channels: &[u32]) -> Nanos;
-    /// A regular vSSD took `channels` of `device` at `now`: they are sold.
-    fn sold(&mut self, now: Nanos, device: &str, channels: &[u32]);
-}
 
 /// The lending policy the settings name.
 pub fn lend_policy(s: &HarvestSettings) -> Box<dyn LendPolicy> {
+    let lend_for = s.lend_for_s.saturating_mul(SEC);
     match s.policy {
-        LendPolicyKind::Fixed => Box::new(Fixed::new(s)),
-        LendPolicyKind::Predicted => Box::new(Predicted::new(s)),
+        LendPolicyKind::Fixed => Box::new(Fixed::new(s.lend_fraction, lend_for)),
+        LendPolicyKind::Predicted => Box::new(Predicted::new(
+            s.predictor.clone(),
+            s.window_s.saturating_mul(SEC),
+        )),
     }
 }
 
 /// The unsold-channel policy the settings name.
 pub fn unsold_policy(s: &HarvestSettings) -> Box<dyn UnsoldPolicy> {
+    let lend_for = s.lend_for_s.saturating_mul(SEC);
     match s.unsold_policy {
-        UnsoldPolicyKind::Fixed => Box::new(FixedLifetime::new(s)),
-        UnsoldPolicyKind::Histogram => Box::new(UnsoldHistogramPolicy::new(s)),
+        UnsoldPolicyKind::Fixed => Box::new(FixedLifetime::new(lend_for)),
+        UnsoldPolicyKind::Histogram => Box::new(UnsoldHistogramPolicy::new(
+            s.granule_s,
+            s.unsold_quantile,
+            lend_for,
+        )),
+    }
+}
+
+/// A policy and what it needs to see rates: each home's counters at the
+/// previous period.
+pub(super) struct PolicyRt {
+    pub(super) policy: Box<dyn LendPolicy>,
+    /// Time, bytes and requests of each home at the previous sample.
+    last: BTreeMap<u64, (Nanos, u64, u64)>,
+}
+
+impl PolicyRt {
+    pub(super) fn new(policy: Box<dyn LendPolicy>) -> Self {
+        Self {
+            policy,
+            last: BTreeMap::new(),
+        }
+    }
+
+    /// Samples every home at `now`: bandwidth and IOPS since the previous
+    /// sample as fractions of what its channels and dies can do, utilisation as
+    /// a fraction of its capacity. A home seen for the first time has no rate
+    /// yet and is left out until the next period.
+    pub(super) fn sample(
+        &mut self,
+        homes: &[HomeView],
+        devices: &[DeviceView],
+        now: Nanos,
+    ) -> Vec<HomeSample> {
+        self.last.retain(|k, _| homes.iter().any(|h| h.id == *k));
+        let mut out = Vec::with_capacity(homes.len());
+        for h in homes {
+            let Some(d) = devices.iter().find(|d| d.name == h.device) else {
+                continue;
+            };
+            let io = h.io.snapshot();
+            let (bytes, ops) = (io.read_bytes + io.write_bytes, io.reads + io.writes);
+            let prev = self.last.insert(h.id, (now, bytes, ops));
+            let Some((t0, b0, o0)) = prev.filter(|p| now > p.0) else {
+                continue;
+            };
+            let geo = d.geometry;
+            let nch = h.channels().len() as u32;
+            let units = u64::from(geo.dies_per_channel) * u64::from(geo.planes_per_die);
+            let dt = (now - t0) as f64 / 1e9;
+            let bw_full = f64::from(nch) * d.timing.channel_mbps as f64 * 1e6;
+            let iops_full = f64::from(nch) * f64::from(geo.dies_per_channel) * 1e9
+                / d.timing.read_ns.max(1) as f64;
+            let bw = (bytes.saturating_sub(b0) as f64 / dt / bw_full).clamp(0.0, 1.0);
+            let mapped = h.vssd.stats().mapped_pages;
+            out.push(HomeSample {
+                home: h.id,
+                channels: nch,
+                blocks: h.extents.iter().map(|e| u64::from(e.blocks)).sum::<u64>() * units,
+                used_channels: (bw * f64::from(nch)).ceil() as u32,
+                used_blocks: mapped.div_ceil(u64::from(geo.pages_per_block).max(1)),
+                bw: bw as f32,
+                iops: (ops.saturating_sub(o0) as f64 / dt / iops_full).clamp(0.0, 1.0) as f32,
+                util: ((mapped * u64::from(geo.page_size)) as f64 / h.capacity_bytes.max(1) as f64)
+                    .clamp(0.0, 1.0) as f32,
+            });
+        }
+        out
     }
 }

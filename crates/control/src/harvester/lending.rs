@@ -7,7 +7,7 @@ use harvest::{Gssd, GssdId};
 use tracing::warn;
 
 use super::api::HarvestEventKind;
-use super::policy::Lendable;
+use super::Lendable;
 use super::{GhostRt, HarvestHost, Harvester, HomeView};
 use crate::store::GhostMeta;
 use crate::Result;
@@ -21,12 +21,13 @@ impl Harvester {
         if !fire {
             return Ok(());
         }
-        let needy: Vec<String> = host
-            .homes()
-            .into_iter()
+        let homes = host.homes();
+        let needy: Vec<&str> = homes
+            .iter()
             .filter(|h| h.vssd.needs_reclaim())
-            .map(|h| h.name)
+            .map(|h| h.name.as_str())
             .collect();
+        let id_of = |name: &str| homes.iter().find(|h| h.name == name).map(|h| h.id);
         let devices: Vec<String> = self.lock().pools.keys().cloned().collect();
         for device in devices {
             // The policies give each gSSD's new expiry: a lent one's from its
@@ -37,17 +38,21 @@ impl Harvester {
                 st.pools[&device]
                     .iter()
                     .filter_map(|g| st.gssds.get(&g.id).map(|rt| (g.id, rt)))
-                    .filter(|(_, rt)| !rt.home.as_ref().is_some_and(|h| needy.contains(h)))
+                    .filter(|(_, rt)| {
+                        !rt.home
+                            .as_ref()
+                            .is_some_and(|h| needy.contains(&h.as_str()))
+                    })
                     .map(|(id, rt)| (id, rt.home.clone(), super::channels_of(&rt.extents)))
                     .collect()
             };
             let mut updates: Vec<(GssdId, Nanos)> = Vec::new();
             {
-                let mut policy = self.policy.lock();
+                let mut rt = self.policy.lock();
                 let mut unsold = self.unsold.lock();
                 for (id, home, channels) in lent {
                     let t = match home {
-                        Some(h) => policy.expiry(now, &h),
+                        Some(h) => id_of(&h).and_then(|k| rt.policy.expiry(now, k)),
                         None => Some(now.saturating_add(unsold.lifetime(now, &device, &channels))),
                     };
                     if let Some(t) = t {
@@ -171,26 +176,29 @@ impl Harvester {
             };
             let cfg = self.harvest_cfg(&geo);
             let lendable = home.vssd.lendable();
-            let offer = self.policy.lock().offer(
-                now,
-                &Lendable {
-                    name: &home.name,
-                    channels: home.channels().len(),
-                    extent_blocks: home.extents.iter().map(|x| x.blocks).max().unwrap_or(0),
-                    per_channel: &lendable,
-                },
-            );
-            let Some(offer) = offer else {
+            let units = u64::from(geo.dies_per_channel) * u64::from(geo.planes_per_die);
+            let what = Lendable {
+                home: home.id,
+                channels: home.channels().len() as u32,
+                blocks: home
+                    .extents
+                    .iter()
+                    .map(|x| u64::from(x.blocks))
+                    .sum::<u64>()
+                    * units,
+                extent_blocks: home.extents.iter().map(|x| x.blocks).max().unwrap_or(0),
+                units,
+                chunk_blocks: cfg.chunk_blocks,
+                per_channel: &lendable,
+            };
+            let Some(offer) = self.policy.lock().policy.offer(now, &what) else {
                 continue;
             };
-            let chans: Vec<u32> = lendable[..offer.channels.min(lendable.len())]
-                .iter()
-                .map(|&(c, _)| c)
-                .collect();
-            let units = u64::from(geo.dies_per_channel) * u64::from(geo.planes_per_die);
+            let n = (offer.channels as usize).min(lendable.len());
+            let chans: Vec<u32> = lendable[..n].iter().map(|&(c, _)| c).collect();
             let k = units * chans.len() as u64;
             // Largest per-plane count whose total is whole chunks.
-            let mut b = offer.per_plane;
+            let mut b = what.per_unit(offer.channels, offer.blocks);
             while b > 0 && !(b * k).is_multiple_of(cfg.chunk_blocks) {
                 b -= 1;
             }

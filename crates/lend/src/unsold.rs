@@ -4,15 +4,14 @@
 //! unsold stretches, and a new unsold gSSD lives for the stretch at a low
 //! quantile of its class (conservative: most past ones lasted longer), less
 //! the time its channels have been unsold already. Without history for the
-//! class it falls back to `lend_for_s`.
+//! class it falls back to a fixed time.
 
 use std::collections::BTreeMap;
 
 use clock::{Nanos, SEC};
 use predict::UnsoldHistogram;
 
-use super::UnsoldPolicy;
-use crate::config::HarvestSettings;
+use crate::UnsoldPolicy;
 
 /// Lifetimes of unsold gSSDs from the host's own history.
 #[derive(Debug, Clone)]
@@ -26,14 +25,14 @@ pub struct UnsoldHistogramPolicy {
 }
 
 impl UnsoldHistogramPolicy {
-    /// The policy of `[harvest] unsold_policy = "histogram"`: buckets of one
-    /// duration granule, quantile `unsold_quantile`.
-    pub fn new(s: &HarvestSettings) -> Self {
+    /// Buckets of one `granule_s`, lifetimes at `quantile` (0–1) of the
+    /// history, `fallback` while a group size has none.
+    pub fn new(granule_s: u64, quantile: f64, fallback: Nanos) -> Self {
         Self {
-            hist: UnsoldHistogram::new(s.granule_s),
-            quantile: s.unsold_quantile,
-            fallback: s.lend_for_s.saturating_mul(SEC),
-            granule: s.granule_s.saturating_mul(SEC),
+            hist: UnsoldHistogram::new(granule_s),
+            quantile,
+            fallback,
+            granule: granule_s.saturating_mul(SEC),
             since: BTreeMap::new(),
         }
     }
@@ -72,18 +71,9 @@ impl UnsoldPolicy for UnsoldHistogramPolicy {
 mod tests {
     use super::*;
 
-    fn settings() -> HarvestSettings {
-        HarvestSettings {
-            granule_s: 10,
-            lend_for_s: 600,
-            unsold_quantile: 0.2,
-            ..HarvestSettings::default()
-        }
-    }
-
     #[test]
     fn falls_back_without_history_then_follows_the_low_quantile_of_past_stretches() {
-        let mut p = UnsoldHistogramPolicy::new(&settings());
+        let mut p = UnsoldHistogramPolicy::new(10, 0.2, 600 * SEC);
         assert_eq!(p.lifetime(0, "d", &[0, 1]), 600 * SEC, "no history yet");
         // Five past stretches of 2-channel groups: 100, 200, 300, 400, 500 s.
         for (i, len) in [100u64, 200, 300, 400, 500].into_iter().enumerate() {
