@@ -36,7 +36,7 @@ pub struct HarvestArgs {
     /// Master seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Predictor of regular vSSDs' harvestable resources: oracle, last, histogram.
+    /// Predictor of regular vSSDs' harvestable resources: oracle, last, histogram, or the daemon's own lending policies fixed and lstm (crates/lend; lstm trains per home: small fleets).
     #[arg(long, default_value = "last")]
     pub predictor: String,
     /// Predictor of unsold servers' harvestable channels (paper §4.4.1: histogram).

@@ -17,8 +17,9 @@
 //!   Google 2011 local disk space → capacity; Azure V1 arrivals → sold channels),
 //!   with errors naming file and line.
 //! * [`gen`]: generators fitted to them for fleet scale (synthetic).
-//! * [`predict`]: the [`HarvestPredictor`] trait (oracle, last window, histogram;
-//!   an LSTM plugs in by implementing it).
+//! * [`predict`]: the simulator's baselines (oracle, last window, histogram) as
+//!   implementations of `lend::LendPolicy`, the trait the daemon's harvester runs;
+//!   the daemon's own policies (`fixed`, the LSTMs) run here through it too.
 //! * [`sim`]: the populations and the discrete-event loop; [`Fleet::run`] returns a
 //!   [`ScenarioReport`].
 //!
@@ -34,7 +35,7 @@ pub mod predict;
 pub mod sim;
 pub mod traces;
 
-pub use predict::{HarvestPredictor, Histogram, HomeView, LastWindow, Oracle, Prediction, Usage};
+pub use predict::{Histogram, LastWindow, Oracle, Usage};
 pub use sim::{
     Counters, Fleet, FleetConfig, HarvestTenant, Home, Population, PredictorKind, Provenance,
     Scenario, ScenarioReport, UtilStats,

@@ -1,21 +1,14 @@
 //! Predictors of harvestable resources: how much of a home (a regular vSSD, or an
 //! unsold server) is free and for how long.
 //!
-//! # Why a trait
+//! # One trait with the daemon
 //!
-//! The paper predicts with LSTMs (§4.4.2) and, for unsold servers, a histogram of
-//! past availability (§4.4.1). The LSTMs live in another crate (`predict`) that
-//! this simulator must not wait for, so the simulator talks to a
-//! [`HarvestPredictor`]: it shows the predictor every home's usage once per step
-//! ([`HarvestPredictor::observe`], where an online learner trains) and asks for a
-//! prediction when a home has no gSSD ([`HarvestPredictor::predict`]). An LSTM
-//! predictor plugs in by implementing these two methods: keep one model (or one
-//! hidden state) per home index in `observe`, feed it the window statistics the
-//! paper uses (max, min and mean over the last 15 minutes = 3 steps of
-//! [`HomeView::used_channels`] and [`HomeView::used_blocks`]), and in `predict`
-//! return its bandwidth and capacity outputs, under-provisioned by the ratio, with
-//! the minimum of the two duration predictions. Nothing else in the simulator
-//! changes; `Fleet::run` takes a `&mut dyn HarvestPredictor`.
+//! Every predictor here is a [`lend::LendPolicy`], the trait the daemon's
+//! harvester runs: the simulator shows it every home's usage once per step
+//! ([`LendPolicy::observe`], where an online learner trains) and asks what a home
+//! that lends nothing may lend now ([`LendPolicy::offer`]). So the daemon's own
+//! policies (`lend::Fixed`, the LSTMs of `lend::Predicted`) run here unchanged,
+//! beside these baselines, which keep the history they need themselves.
 //!
 //! The three built in:
 //!
@@ -31,61 +24,11 @@
 //!   `quantile` of the durations that the same number of free channels has lasted
 //!   before, across all homes (a histogram per capacity class).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use clock::Nanos;
-
-/// What a predictor sees of one home at one step: its allotment and its usage up to
-/// and including now (never the future).
-#[derive(Debug, Clone, Copy)]
-pub struct HomeView<'a> {
-    /// Channels allotted to the home.
-    pub alloc_channels: u32,
-    /// Blocks allotted to the home.
-    pub alloc_blocks: u64,
-    /// The capacity granule (a gSSD's capacity is a multiple of it): free capacity
-    /// below it cannot be lent, so predictors can skip their duration search.
-    pub chunk_blocks: u64,
-    /// Channels in use per step, the last element being now.
-    pub used_channels: &'a [u8],
-    /// Blocks in use per step, the last element being now.
-    pub used_blocks: &'a [u32],
-}
-
-impl HomeView<'_> {
-    /// The step index of now (0-based from the start of the series).
-    pub fn now(&self) -> usize {
-        self.used_blocks.len() - 1
-    }
-}
-
-/// A prediction of harvestable resources, before rounding to the harvest
-/// granularity (the simulator rounds down with `HarvestConfig::harvestable`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Prediction {
-    /// Blocks free to lend.
-    pub free_blocks: u64,
-    /// Channels free to lend.
-    pub free_channels: u32,
-    /// How long they stay free, from now.
-    pub lasts: Nanos,
-}
-
-/// Predicts harvestable resources per home. See the module docs for how an LSTM
-/// predictor implements it.
-pub trait HarvestPredictor {
-    /// A short name for reports (`oracle`, `last`, `histogram`, ...).
-    fn name(&self) -> &str;
-
-    /// Sees home `home`'s usage at this step (called for every home, every step,
-    /// before any prediction of the step). Online learners train here; the default
-    /// does nothing.
-    fn observe(&mut self, _home: usize, _view: &HomeView<'_>) {}
-
-    /// What home `home` can lend from now, or `None` for nothing. Called only for
-    /// homes that lend no gSSD at the moment.
-    fn predict(&mut self, home: usize, view: &HomeView<'_>) -> Option<Prediction>;
-}
+use lend::{HomeSample, LendPolicy, Lendable, Offer};
 
 /// Per-home usage over the whole simulated time, shared with the [`Oracle`].
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -134,29 +77,30 @@ impl Oracle {
     }
 }
 
-impl HarvestPredictor for Oracle {
+impl LendPolicy for Oracle {
     fn name(&self) -> &str {
         "oracle"
     }
 
-    fn predict(&mut self, home: usize, v: &HomeView<'_>) -> Option<Prediction> {
-        let now = v.now();
+    fn offer(&mut self, now: Nanos, v: &Lendable<'_>) -> Option<Offer> {
+        let home = v.home as usize;
+        let now = (now / STEP) as usize;
         let ch = self.usage.channels_of(home);
         let bl = self.usage.blocks_of(home);
         let end = (now + self.granule_steps).min(ch.len());
-        if end - now < self.granule_steps {
+        if end.saturating_sub(now) < self.granule_steps {
             return None;
         }
         let peak_c = ch[now..end].iter().copied().max().unwrap_or(0) as u32;
         let peak_b = bl[now..end].iter().copied().max().unwrap_or(0) as u64;
-        let free_channels = v.alloc_channels.saturating_sub(peak_c);
+        let free_channels = v.channels.saturating_sub(peak_c);
         let chunk = v.chunk_blocks.max(1);
-        let free_blocks = v.alloc_blocks.saturating_sub(peak_b) / chunk * chunk;
+        let free_blocks = v.blocks.saturating_sub(peak_b) / chunk * chunk;
         if free_channels == 0 || free_blocks == 0 {
             return None;
         }
-        let lim_c = v.alloc_channels - free_channels;
-        let lim_b = v.alloc_blocks - free_blocks;
+        let lim_c = v.channels - free_channels;
+        let lim_b = v.blocks - free_blocks;
         let lasts = match (now..ch.len()).find(|&s| ch[s] as u32 > lim_c || bl[s] as u64 > lim_b) {
             Some(last) => (last - now) as Nanos * STEP,
             // Free to the end of the data: assume it stays free for the longest
@@ -164,16 +108,16 @@ impl HarvestPredictor for Oracle {
             // are not refused for lack of data.
             None => (ch.len() - now) as Nanos * STEP + BEYOND,
         };
-        Some(Prediction {
-            free_blocks,
-            free_channels,
+        Some(Offer {
+            channels: free_channels,
+            blocks: free_blocks,
             lasts,
         })
     }
 }
 
 /// Last-window minus margin (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LastWindow {
     /// Window in steps (3 = the paper's 15 minutes).
     pub window: usize,
@@ -181,6 +125,9 @@ pub struct LastWindow {
     pub margin: f64,
     /// Longest look back for the duration, in steps (576 = 2 days).
     pub max_lookback: usize,
+    /// Per home, (channels, blocks) in use at the last `max_lookback` steps,
+    /// the newest last.
+    history: Vec<VecDeque<(u32, u64)>>,
 }
 
 impl Default for LastWindow {
@@ -189,37 +136,58 @@ impl Default for LastWindow {
             window: 3,
             margin: 0.05,
             max_lookback: 576,
+            history: Vec::new(),
         }
     }
 }
 
-impl HarvestPredictor for LastWindow {
+impl LendPolicy for LastWindow {
     fn name(&self) -> &str {
         "last"
     }
 
-    fn predict(&mut self, _home: usize, v: &HomeView<'_>) -> Option<Prediction> {
-        let n = v.used_blocks.len();
+    fn observe(&mut self, _now: Nanos, homes: &[HomeSample]) -> Result<(), lend::PolicyError> {
+        let keep = self.max_lookback.max(self.window).max(1);
+        for h in homes {
+            let i = h.home as usize;
+            if self.history.len() <= i {
+                self.history.resize_with(i + 1, VecDeque::new);
+            }
+            let q = &mut self.history[i];
+            if q.len() == keep {
+                q.pop_front();
+            }
+            q.push_back((h.used_channels, h.used_blocks));
+        }
+        Ok(())
+    }
+
+    fn offer(&mut self, _now: Nanos, v: &Lendable<'_>) -> Option<Offer> {
+        let q = self
+            .history
+            .get(v.home as usize)
+            .filter(|q| !q.is_empty())?;
+        let n = q.len();
         let w = self.window.clamp(1, n);
-        let peak_c = v.used_channels[n - w..].iter().copied().max().unwrap_or(0) as f64;
-        let peak_b = v.used_blocks[n - w..].iter().copied().max().unwrap_or(0) as f64;
-        let ac = v.alloc_channels as f64;
-        let ab = v.alloc_blocks as f64;
+        let peak_c = q.iter().skip(n - w).map(|x| x.0).max().unwrap_or(0) as f64;
+        let peak_b = q.iter().skip(n - w).map(|x| x.1).max().unwrap_or(0) as f64;
+        let ac = v.channels as f64;
+        let ab = v.blocks as f64;
         let free_channels = (ac - peak_c - self.margin * ac).floor().max(0.0) as u32;
         let chunk = v.chunk_blocks.max(1);
         let free_blocks = (ab - peak_b - self.margin * ab).floor().max(0.0) as u64 / chunk * chunk;
         if free_channels == 0 || free_blocks == 0 {
             return None;
         }
-        let lim_c = v.alloc_channels - free_channels;
-        let lim_b = v.alloc_blocks - free_blocks;
+        let lim_c = v.channels - free_channels;
+        let lim_b = v.blocks - free_blocks;
         let back = n.min(self.max_lookback);
         let held = (1..=back)
-            .find(|&k| v.used_channels[n - k] as u32 > lim_c || v.used_blocks[n - k] as u64 > lim_b)
+            .find(|&k| q[n - k].0 > lim_c || q[n - k].1 > lim_b)
             .map_or(back, |k| k - 1);
-        Some(Prediction {
-            free_blocks,
-            free_channels,
+        Some(Offer {
+            channels: free_channels,
+            blocks: free_blocks,
             lasts: held as Nanos * STEP,
         })
     }
@@ -243,6 +211,8 @@ pub struct Histogram {
     hist: Vec<Vec<u32>>,
     /// Samples per class.
     counts: [u64; 17],
+    /// Per home: (channels, blocks) in use at the latest step.
+    last: Vec<(u32, u64)>,
 }
 
 /// Longest run length the histogram tells apart (7 days of steps).
@@ -260,6 +230,7 @@ impl Histogram {
             state: vec![(0, [0; 17]); homes],
             hist: vec![vec![0; MAX_RUN + 1]; 17],
             counts: [0; 17],
+            last: vec![(0, 0); homes],
         }
     }
 
@@ -283,45 +254,45 @@ impl Histogram {
     }
 }
 
-impl HarvestPredictor for Histogram {
+impl LendPolicy for Histogram {
     fn name(&self) -> &str {
         "histogram"
     }
 
-    fn observe(&mut self, home: usize, v: &HomeView<'_>) {
-        let now = v.now() as u32;
-        let free = v
-            .alloc_channels
-            .saturating_sub(*v.used_channels.last().unwrap_or(&0) as u32)
-            .min(16) as u8;
-        let (prev, starts) = &mut self.state[home];
-        if now == 0 {
+    fn observe(&mut self, now: Nanos, homes: &[HomeSample]) -> Result<(), lend::PolicyError> {
+        let now = (now / STEP) as u32;
+        for h in homes {
+            let home = h.home as usize;
+            self.last[home] = (h.used_channels, h.used_blocks);
+            let free = h.channels.saturating_sub(h.used_channels).min(16) as u8;
+            let (prev, starts) = &mut self.state[home];
+            if now == 0 {
+                *prev = free;
+                for s in starts.iter_mut() {
+                    *s = 0;
+                }
+                continue;
+            }
+            if free < *prev {
+                for c in (free + 1)..=*prev {
+                    let len = ((now - starts[c as usize]) as usize).min(MAX_RUN);
+                    self.hist[c as usize][len] += 1;
+                    self.counts[c as usize] += 1;
+                }
+            } else {
+                for c in (*prev + 1)..=free {
+                    starts[c as usize] = now;
+                }
+            }
             *prev = free;
-            for s in starts.iter_mut() {
-                *s = 0;
-            }
-            return;
         }
-        if free < *prev {
-            for c in (free + 1)..=*prev {
-                let len = ((now - starts[c as usize]) as usize).min(MAX_RUN);
-                self.hist[c as usize][len] += 1;
-                self.counts[c as usize] += 1;
-            }
-        } else {
-            for c in (*prev + 1)..=free {
-                starts[c as usize] = now;
-            }
-        }
-        *prev = free;
+        Ok(())
     }
 
-    fn predict(&mut self, _home: usize, v: &HomeView<'_>) -> Option<Prediction> {
-        let n = v.used_blocks.len();
-        let free_channels = v
-            .alloc_channels
-            .saturating_sub(v.used_channels[n - 1] as u32);
-        let free_blocks = v.alloc_blocks.saturating_sub(v.used_blocks[n - 1] as u64);
+    fn offer(&mut self, _now: Nanos, v: &Lendable<'_>) -> Option<Offer> {
+        let (used_c, used_b) = *self.last.get(v.home as usize)?;
+        let free_channels = v.channels.saturating_sub(used_c);
+        let free_blocks = v.blocks.saturating_sub(used_b);
         if free_channels == 0 || free_blocks == 0 {
             return None;
         }
@@ -329,9 +300,9 @@ impl HarvestPredictor for Histogram {
             Some(s) => (s as Nanos * STEP).max(self.granule),
             None => self.granule,
         };
-        Some(Prediction {
-            free_blocks,
-            free_channels,
+        Some(Offer {
+            channels: free_channels,
+            blocks: free_blocks,
             lasts,
         })
     }
@@ -342,14 +313,37 @@ mod tests {
     use super::*;
     use clock::SEC;
 
-    fn view<'a>(c: &'a [u8], b: &'a [u32]) -> HomeView<'a> {
-        HomeView {
-            alloc_channels: 4,
-            alloc_blocks: 1000,
+    fn home() -> Lendable<'static> {
+        Lendable {
+            home: 0,
+            channels: 4,
+            blocks: 1000,
+            extent_blocks: 250,
+            units: 1,
             chunk_blocks: 1,
-            used_channels: c,
-            used_blocks: b,
+            per_channel: &[],
         }
+    }
+
+    fn sample(c: u8, b: u32) -> HomeSample {
+        HomeSample {
+            home: 0,
+            channels: 4,
+            blocks: 1000,
+            used_channels: u32::from(c),
+            used_blocks: u64::from(b),
+            bw: f32::from(c) / 4.0,
+            iops: f32::from(c) / 4.0,
+            util: b as f32 / 1000.0,
+        }
+    }
+
+    /// Feeds steps `0..c.len()` and asks at the last one.
+    fn feed(p: &mut dyn LendPolicy, c: &[u8], b: &[u32]) -> Option<Offer> {
+        for (i, (&c, &b)) in c.iter().zip(b).enumerate() {
+            p.observe(i as Nanos * STEP, &[sample(c, b)]).unwrap();
+        }
+        p.offer((c.len() as Nanos - 1) * STEP, &home())
     }
 
     #[test]
@@ -360,16 +354,12 @@ mod tests {
             blocks: vec![100; 20],
         });
         let mut o = Oracle::new(usage.clone(), 1800 * SEC);
-        let p = o
-            .predict(0, &view(&usage.channels[..3], &usage.blocks[..3]))
-            .unwrap();
-        assert_eq!((p.free_channels, p.free_blocks), (3, 900));
+        let p = o.offer(2 * STEP, &home()).unwrap();
+        assert_eq!((p.channels, p.blocks), (3, 900));
         assert_eq!(p.lasts, 10 * STEP, "steps 2..12 are free");
         // Too close to the rise for a full granule of 3 free channels: 1 free.
-        let p = o
-            .predict(0, &view(&usage.channels[..10], &usage.blocks[..10]))
-            .unwrap();
-        assert_eq!(p.free_channels, 1);
+        let p = o.offer(9 * STEP, &home()).unwrap();
+        assert_eq!(p.channels, 1);
         assert_eq!(
             p.lasts,
             11 * STEP + BEYOND,
@@ -382,11 +372,18 @@ mod tests {
         let c = [3u8, 1, 1, 1, 1, 1];
         let b = [0u32, 100, 100, 100, 200, 100];
         let mut l = LastWindow::default();
-        let p = l.predict(0, &view(&c, &b)).unwrap();
+        let p = feed(&mut l, &c, &b).unwrap();
         // peak of the last 3 steps: 1 channel, 200 blocks; margin 5%.
-        assert_eq!((p.free_channels, p.free_blocks), (2, 750));
+        assert_eq!((p.channels, p.blocks), (2, 750));
         assert_eq!(p.lasts, 5 * STEP, "free for the 5 steps since the 3");
-        assert_eq!(l.predict(0, &view(&[4], &[0])), None);
+        assert_eq!(feed(&mut LastWindow::default(), &[4], &[0]), None);
+        // Its look-back is bounded: the history it keeps is too.
+        let mut short = LastWindow {
+            max_lookback: 2,
+            ..LastWindow::default()
+        };
+        let p = feed(&mut short, &c, &b).unwrap();
+        assert_eq!(p.lasts, 2 * STEP);
     }
 
     #[test]
@@ -395,15 +392,14 @@ mod tests {
         h.min_samples = 2;
         h.quantile = Some(0.2);
         // free channels alternate 4 (for 10 steps) and 0 (1 step): runs of 10.
-        let mut c = Vec::new();
-        for i in 0..60 {
-            c.push(if i % 11 == 10 { 4u8 } else { 0 });
-            let b = vec![0u32; c.len()];
-            h.observe(0, &view(&c, &b));
+        for i in 0..60u64 {
+            let c = if i % 11 == 10 { 4u8 } else { 0 };
+            h.observe(i * STEP, &[sample(c, 0)]).unwrap();
         }
         assert!(h.counts[4] >= 4);
         assert_eq!(h.quantile_steps(4), Some(10));
-        let p = h.predict(0, &view(&[0], &[0])).unwrap();
+        h.observe(60 * STEP, &[sample(0, 0)]).unwrap();
+        let p = h.offer(60 * STEP, &home()).unwrap();
         assert_eq!(p.lasts, 3000 * SEC, "10 steps of 5 minutes");
     }
 }

@@ -52,9 +52,10 @@ use serde::{Deserialize, Serialize};
 use sla::rng::SplitMix64;
 
 use crate::gen::{self, DemandGen, LevelChain};
-use crate::predict::{HarvestPredictor, Histogram, HomeView, LastWindow, Oracle, Usage};
+use crate::predict::{Histogram, LastWindow, Oracle, Usage};
 use crate::traces::Inputs;
 use crate::{FleetError, STEP_S};
+use lend::{HomeSample, LendPolicy, Lendable};
 
 const STEP: Nanos = STEP_S * SEC;
 const NONE: u32 = u32::MAX;
@@ -170,6 +171,13 @@ pub enum PredictorKind {
     Last,
     /// [`Histogram`].
     Histogram,
+    /// The daemon's fixed policy (`lend::Fixed`): half of what is free, for
+    /// two hours (the daemon's defaults).
+    Fixed,
+    /// The daemon's learned policy (`lend::Predicted`): BlockFlex's LSTMs per
+    /// home, fed a window of three steps. Trains every home's models online:
+    /// slow at the paper's fleet size, meant for small fleets.
+    Lstm,
 }
 
 impl std::str::FromStr for PredictorKind {
@@ -179,8 +187,10 @@ impl std::str::FromStr for PredictorKind {
             "oracle" => Ok(Self::Oracle),
             "last" => Ok(Self::Last),
             "histogram" => Ok(Self::Histogram),
+            "fixed" => Ok(Self::Fixed),
+            "lstm" | "predicted" => Ok(Self::Lstm),
             _ => Err(FleetError::BadParam(format!(
-                "unknown predictor {s:?} (oracle, last, histogram)"
+                "unknown predictor {s:?} (oracle, last, histogram, fixed, lstm)"
             ))),
         }
     }
@@ -506,7 +516,7 @@ impl Fleet {
     }
 
     /// A built-in predictor for a scenario's homes.
-    pub fn predictor(&self, kind: PredictorKind, s: Scenario) -> Box<dyn HarvestPredictor> {
+    pub fn predictor(&self, kind: PredictorKind, s: Scenario) -> Box<dyn LendPolicy> {
         let g = self.cfg.harvest_cfg.duration_granule();
         match kind {
             PredictorKind::Oracle => Box::new(Oracle::new(self.population(s).usage.clone(), g)),
@@ -516,6 +526,11 @@ impl Fleet {
                 g,
                 SplitMix64::derive(self.cfg.seed, &[4]).next_u64(),
             )),
+            PredictorKind::Fixed => Box::new(lend::Fixed::new(0.5, 7200 * clock::SEC)),
+            PredictorKind::Lstm => Box::new(lend::Predicted::new(
+                predict::PredictorConfig::default(),
+                3 * STEP,
+            )),
         }
     }
 
@@ -523,7 +538,7 @@ impl Fleet {
     pub fn run(
         &self,
         scenario: Scenario,
-        pred: &mut dyn HarvestPredictor,
+        pred: &mut dyn LendPolicy,
         progress: &mut dyn FnMut(),
     ) -> Result<ScenarioReport, FleetError> {
         Run::new(self, scenario).go(pred, progress)
@@ -862,7 +877,7 @@ impl<'a> Run<'a> {
 
     fn go(
         mut self,
-        pred: &mut dyn HarvestPredictor,
+        pred: &mut dyn LendPolicy,
         progress: &mut dyn FnMut(),
     ) -> Result<ScenarioReport, FleetError> {
         let pop = self.pop;
@@ -879,21 +894,28 @@ impl<'a> Run<'a> {
         let tenants = &self.f.tenants;
         let sold = self.s == Scenario::Sold;
         let chunk = self.cfg.chunk_blocks;
+        let mut samples: Vec<HomeSample> = Vec::with_capacity(nh);
+        let mut free: Vec<(u32, u32)> = Vec::new();
         for step in 0..n {
             let now = step as Nanos * STEP;
-            let view = |h: usize| {
-                let o = h * n;
-                HomeView {
-                    alloc_channels: pop.homes[h].channels,
-                    alloc_blocks: pop.homes[h].blocks,
-                    chunk_blocks: chunk,
-                    used_channels: &usage.channels[o..=o + step],
-                    used_blocks: &usage.blocks[o..=o + step],
+            samples.clear();
+            samples.extend((0..nh).map(|h| {
+                let o = h * n + step;
+                let home = pop.homes[h];
+                let (c, b) = (u32::from(usage.channels[o]), u64::from(usage.blocks[o]));
+                HomeSample {
+                    home: h as u64,
+                    channels: home.channels,
+                    blocks: home.blocks,
+                    used_channels: c,
+                    used_blocks: b,
+                    bw: c as f32 / home.channels.max(1) as f32,
+                    iops: c as f32 / home.channels.max(1) as f32,
+                    util: b as f32 / home.blocks.max(1) as f32,
                 }
-            };
-            for h in 0..nh {
-                pred.observe(h, &view(h));
-            }
+            }));
+            pred.observe(now, &samples)
+                .map_err(|e| FleetError::BadParam(format!("predictor {}: {e}", pred.name())))?;
             if step < warmup {
                 progress();
                 continue;
@@ -929,17 +951,37 @@ impl<'a> Run<'a> {
                 if self.homes[h].lent {
                     continue;
                 }
-                let Some(p) = pred.predict(h, &view(h)) else {
+                let home = pop.homes[h];
+                let o = h * n + step;
+                // What is free now, spread over the free channels, for
+                // policies that lend out of the present (the daemon's).
+                let (fc, fb) = (
+                    home.channels.saturating_sub(u32::from(usage.channels[o])),
+                    home.blocks.saturating_sub(u64::from(usage.blocks[o])),
+                );
+                free.clear();
+                free.extend((0..fc).map(|c| {
+                    (
+                        c,
+                        (fb / u64::from(fc.max(1))).min(u64::from(u32::MAX)) as u32,
+                    )
+                }));
+                let ask = Lendable {
+                    home: h as u64,
+                    channels: home.channels,
+                    blocks: home.blocks,
+                    extent_blocks: (home.blocks / u64::from(home.channels.max(1))) as u32,
+                    units: 1,
+                    chunk_blocks: chunk,
+                    per_channel: &free,
+                };
+                let Some(p) = pred.offer(now, &ask) else {
                     continue;
                 };
-                let Some((cap, bw, lasts)) =
-                    self.cfg
-                        .harvestable(p.free_blocks, p.free_channels, p.lasts)
+                let Some((cap, bw, lasts)) = self.cfg.harvestable(p.blocks, p.channels, p.lasts)
                 else {
                     continue;
                 };
-                let home = pop.homes[h];
-                let o = h * n + step;
                 // A predictor may not lend what is in use right now.
                 let cap = cap.min((home.blocks - usage.blocks[o] as u64) / chunk * chunk);
                 let bw = bw.min(home.channels - usage.channels[o] as u32);

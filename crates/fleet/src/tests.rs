@@ -139,7 +139,15 @@ fn impossible_parameters_are_named() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("Azure bins"), "{e}");
-    assert!("lstm".parse::<PredictorKind>().is_err());
+    assert!("lsmt".parse::<PredictorKind>().is_err());
+    assert_eq!(
+        "lstm".parse::<PredictorKind>().unwrap(),
+        PredictorKind::Lstm
+    );
+    assert_eq!(
+        "fixed".parse::<PredictorKind>().unwrap(),
+        PredictorKind::Fixed
+    );
 }
 
 proptest! {
@@ -149,13 +157,18 @@ proptest! {
     /// and tenant is accounted for, whatever the seed, sizes and predictor.
     #[test]
     fn conservation(seed in 0u64..1000, regular in 1usize..30, harvest in 0usize..300,
-                    hosts in 0usize..10, k in 0usize..3, margin in 0.0f64..0.3) {
+                    hosts in 0usize..10, k in 0usize..4, margin in 0.0f64..0.3) {
         let cfg = FleetConfig { regular, harvest, unsold_hosts: hosts, hours: 12, warmup_hours: 2, seed, ..FleetConfig::default() };
         let f = Fleet::build(&cfg, &inputs(seed)).unwrap();
         for s in [Scenario::Sold, Scenario::Unsold] {
-            let mut p: Box<dyn HarvestPredictor> = match k {
+            let mut p: Box<dyn lend::LendPolicy> = match k {
                 0 => f.predictor(PredictorKind::Oracle, s),
-                1 => Box::new(LastWindow { margin, ..LastWindow::default() }),
+                1 => {
+                    let mut l = LastWindow::default();
+                    l.margin = margin;
+                    Box::new(l)
+                }
+                2 => f.predictor(PredictorKind::Fixed, s),
                 _ => f.predictor(PredictorKind::Histogram, s),
             };
             let r = f.run(s, p.as_mut(), &mut || {}).unwrap();
