@@ -126,8 +126,8 @@ pub struct LastWindow {
     /// Longest look back for the duration, in steps (576 = 2 days).
     pub max_lookback: usize,
     /// Per home, (channels, blocks) in use at the last `max_lookback` steps,
-    /// the newest last.
-    history: Vec<VecDeque<(u32, u64)>>,
+    /// the newest last (saturated to 16 and 32 bits: 8 bytes a step).
+    history: Vec<VecDeque<(u16, u32)>>,
 }
 
 impl Default for LastWindow {
@@ -157,7 +157,10 @@ impl LendPolicy for LastWindow {
             if q.len() == keep {
                 q.pop_front();
             }
-            q.push_back((h.used_channels, h.used_blocks));
+            q.push_back((
+                h.used_channels.min(u32::from(u16::MAX)) as u16,
+                h.used_blocks.min(u64::from(u32::MAX)) as u32,
+            ));
         }
         Ok(())
     }
@@ -169,8 +172,8 @@ impl LendPolicy for LastWindow {
             .filter(|q| !q.is_empty())?;
         let n = q.len();
         let w = self.window.clamp(1, n);
-        let peak_c = q.iter().skip(n - w).map(|x| x.0).max().unwrap_or(0) as f64;
-        let peak_b = q.iter().skip(n - w).map(|x| x.1).max().unwrap_or(0) as f64;
+        let peak_c = f64::from(q.range(n - w..).map(|x| x.0).max().unwrap_or(0));
+        let peak_b = f64::from(q.range(n - w..).map(|x| x.1).max().unwrap_or(0));
         let ac = v.channels as f64;
         let ab = v.blocks as f64;
         let free_channels = (ac - peak_c - self.margin * ac).floor().max(0.0) as u32;
@@ -183,7 +186,7 @@ impl LendPolicy for LastWindow {
         let lim_b = v.blocks - free_blocks;
         let back = n.min(self.max_lookback);
         let held = (1..=back)
-            .find(|&k| q[n - k].0 > lim_c || q[n - k].1 > lim_b)
+            .find(|&k| u32::from(q[n - k].0) > lim_c || u64::from(q[n - k].1) > lim_b)
             .map_or(back, |k| k - 1);
         Some(Offer {
             channels: free_channels,
