@@ -28,7 +28,7 @@ ARGS=(--regular 4000 --harvest 60000 --hours 168 --seed 1)
   --csv "$OUT/fleet-oracle.csv" --plot "$OUT/fleet-oracle.svg" > "$OUT/fleet-oracle.json.tmp"
 "$BIN" sim harvest "${ARGS[@]}" --predictor histogram --json > "$OUT/fleet-hist.json.tmp"
 
-DIRTY=$(git status --porcelain -- crates/fleet crates/harvest flexssd/src/sim_harvest.rs | head -1)
+DIRTY=$(git status --porcelain -- crates/fleet crates/harvest crates/lend flexssd/src/sim_harvest.rs | head -1)
 OUT=$OUT COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" LOAD="$(cut -d' ' -f1 /proc/loadavg)" python3 - <<'PY'
 import json, os
 OUT = os.environ["OUT"]
@@ -114,8 +114,9 @@ P(f"* **Unsold servers.** With first-fit packing, the average sold share is {pct
   f"{pct(u['under60_avg_before'])}), not the paper's 45%; the overall gain ({x(u['avg_after'], u['avg_before'])}) is below the paper's 1.17x: "
   "most harvest demands last days, and the histogram gives most gSSDs short lives, so many requests are turned away (see the table).")
 P(f"* **Reclamations.** The last-window predictor reclaims early {c['reclamations']} times in the sold scenario "
-  f"({c['migrations']} migrated, {c['exceptions']} evictions); the oracle, by construction, never. The LSTM predictors of "
-  "`crates/predict` plug in through `fleet::HarvestPredictor` (see its docs) and were not run here.")
+  f"({c['migrations']} migrated, {c['exceptions']} evictions); the oracle, by construction, never. The daemon's own lending "
+  "policies (`crates/lend`: `--predictor fixed`, and the LSTMs with `--predictor lstm`) run through the same trait; the LSTMs "
+  "train per home and were not run at this scale.")
 P("* **Supply and demand.** 60,000 demands averaging 2.1 days over a 7-day window is more concurrent demand than 4,000 "
   "vSSDs can lend with one gSSD each, so about half the requests are unserved; the paper does not say how it spread its "
   "60,000 requests in time. A request too large for any single gSSD is turned away (we do not split one demand over several "
