@@ -355,13 +355,62 @@ enum Deferred {
     },
 }
 
+/// What admission control said about one piece of a request.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Ticket {
+    /// Wait until this time (on the gate's clock) first.
+    wait_until: Option<Nanos>,
+    /// Booked: run the piece then. Otherwise ask again then.
+    booked: bool,
+}
+
+impl Ticket {
+    /// Run the piece now.
+    const GO: Ticket = Ticket {
+        wait_until: None,
+        booked: true,
+    };
+}
+
+/// A connection's admission control: the export's [`Gate`], or for an export
+/// without one the open gate, which admits every request at once and whole,
+/// without reading a clock. Reads and writes take the same path either way.
+enum Admission {
+    Open,
+    Gated(Arc<dyn Gate>),
+}
+
+impl Admission {
+    /// Largest piece a request is split into (the caller splits larger ones).
+    fn max_piece(&self) -> u64 {
+        match self {
+            Self::Open => u64::MAX,
+            Self::Gated(g) => g.max_piece().max(512),
+        }
+    }
+
+    /// Asks to run a piece of `len` bytes. An error: the gate refuses it.
+    #[inline]
+    fn ask(&self, dir: Dir, len: u64) -> IoResult<Ticket> {
+        let Self::Gated(gate) = self else {
+            return Ok(Ticket::GO);
+        };
+        let (t, booked) = match gate.reserve(dir, len)? {
+            Admit::At(t) => (t, true),
+            Admit::Retry(t) => (t, false),
+        };
+        let wait_until = (gate.clock().now() < t).then_some(t);
+        Ok(Ticket { wait_until, booked })
+    }
+}
+
 /// The reader side of a connection in transmission.
 struct Conn<R> {
     rd: R,
     inbuf: InBuf,
     dev: Arc<dyn BlockDev>,
     pace: Option<Arc<dyn Clock>>,
-    gate: Option<Arc<dyn Gate>>,
+    gate: Admission,
     limits: Limits,
     shared: Arc<Shared>,
     pacer: Option<Pacer>,
@@ -491,49 +540,66 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         }
     }
 
+    /// A read: admitted piece by piece (an export without a gate has one piece,
+    /// admitted at once), then replied to now or, in emulation mode, at the
+    /// device's completion time.
     async fn read(&mut self, cookie: u64, offset: u64, len: u32) -> Result<(), NbdError> {
         let structured = self.limits.structured;
-        if let Some(g) = &self.gate {
-            if u64::from(len) > g.max_piece() {
-                return self.gated_read(cookie, offset, len, None).await;
+        let n = len as usize;
+        let piece = self.gate.max_piece();
+        let mut first = None;
+        if u64::from(len) <= piece {
+            let ticket = self.gate.ask(Dir::Read, u64::from(len));
+            if self.pace.is_none() && n < LARGE_READ && matches!(ticket, Ok(Ticket::GO)) {
+                // The common case: straight from the device into the output
+                // buffer, behind the reply header.
+                let dev = &*self.dev;
+                return append(&self.shared, &mut self.kick_pending, |out| {
+                    put_read(out, structured, cookie, offset, len, dev)
+                })
+                .await;
             }
-            if let Some(answer) = self.admit_now(Dir::Read, len) {
-                return self.gated_read(cookie, offset, len, Some(answer)).await;
+            first = Some(ticket);
+        }
+        // Into a buffer of its own: a deferred reply takes its data along;
+        // otherwise the buffer is kept for the next large read.
+        let mut buf = if self.pace.is_some() {
+            vec![0u8; n]
+        } else {
+            let mut b = std::mem::take(&mut self.rbuf);
+            if b.len() < n {
+                b.resize(n, 0);
+            }
+            b
+        };
+        let mut res: IoResult = Ok(0);
+        let mut off = 0u64;
+        loop {
+            let m = piece.min(u64::from(len) - off);
+            if let Err(e) = self.admit(Dir::Read, m, first.take()).await? {
+                res = Err(e);
+                break;
+            }
+            let (a, b) = (off as usize, (off + m) as usize);
+            match self.dev.read(offset + off, &mut buf[a..b]) {
+                Ok(t) => res = res.map(|d| d.max(t)),
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+            off += m;
+            if off >= u64::from(len) {
+                break;
             }
         }
-        let Some(clock) = self.pace.clone() else {
-            let n = len as usize;
-            if n >= LARGE_READ {
-                let mut buf = std::mem::take(&mut self.rbuf);
-                if buf.len() < n {
-                    buf.resize(n, 0);
-                }
-                let res = match self.dev.read(offset, &mut buf[..n]) {
-                    Ok(_) => {
-                        append(&self.shared, &mut self.kick_pending, |out| {
-                            put_read_data(out, structured, cookie, offset, &buf[..n])
-                        })
-                        .await
-                    }
-                    Err(e) => {
-                        self.status(cookie, Err((e.errno(), Cow::Owned(e.to_string()))))
-                            .await
-                    }
-                };
-                if buf.len() <= WBUF_KEEP {
-                    self.rbuf = buf;
-                }
-                return res;
+        let r = match (res, self.pace.clone()) {
+            (Err(e), _) => {
+                self.status(cookie, Err((e.errno(), Cow::Owned(e.to_string()))))
+                    .await
             }
-            let dev = &*self.dev;
-            return append(&self.shared, &mut self.kick_pending, |out| {
-                put_read(out, structured, cookie, offset, len, dev)
-            })
-            .await;
-        };
-        let mut data = vec![0u8; len as usize];
-        match self.dev.read(offset, &mut data) {
-            Ok(t) if clock.now() < t => {
+            (Ok(t), Some(clock)) if clock.now() < t => {
+                let data = std::mem::take(&mut buf);
                 self.defer(
                     t,
                     Deferred::Data {
@@ -544,19 +610,23 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                 )
                 .await
             }
-            Ok(_) => {
+            (Ok(_), _) => {
                 append(&self.shared, &mut self.kick_pending, |out| {
-                    put_read_data(out, structured, cookie, offset, &data)
+                    put_read_data(out, structured, cookie, offset, &buf[..n])
                 })
                 .await
             }
-            Err(e) => {
-                self.status(cookie, Err((e.errno(), Cow::Owned(e.to_string()))))
-                    .await
-            }
+        };
+        if self.pace.is_none() && buf.len() <= WBUF_KEEP {
+            self.rbuf = buf;
         }
+        r
     }
 
+    /// A write: the payload is taken off the socket first (the client has sent
+    /// it; a payload already buffered is written from there, with no copy), then
+    /// written piece by piece as admitted (an export without a gate has one
+    /// piece, admitted at once).
     async fn write(
         &mut self,
         cookie: u64,
@@ -565,22 +635,8 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         fua: bool,
     ) -> Result<(), NbdError> {
         let n = len as usize;
-        if let Some(g) = &self.gate {
-            if u64::from(len) > g.max_piece() {
-                return self.gated_write(cookie, offset, len, fua, None).await;
-            }
-            if let Some(answer) = self.admit_now(Dir::Write, len) {
-                return self
-                    .gated_write(cookie, offset, len, fua, Some(answer))
-                    .await;
-            }
-        }
-        let r = if self.inbuf.len() >= n {
-            // The whole payload is buffered: write it from there, no copy.
-            let r = self.dev.write(offset, &self.inbuf.data()[..n], fua);
-            self.inbuf.consume(n);
-            r
-        } else {
+        let buffered = self.inbuf.len() >= n;
+        if !buffered {
             self.kick();
             if self.wbuf.len() < n {
                 self.wbuf.resize(n, 0);
@@ -593,54 +649,65 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                 // Hung up mid-payload: nothing was written.
                 return Err(NbdError::HungUp);
             }
-            let r = self.dev.write(offset, &self.wbuf[..n], fua);
-            if self.wbuf.len() > WBUF_KEEP {
-                self.wbuf = Vec::new();
-            }
-            r
-        };
-        self.complete(cookie, r).await
-    }
-
-    /// Asks the gate about a request that fits in one piece. `None`: admitted
-    /// now (or no gate), so the caller takes the ungated path, with no copy;
-    /// otherwise the answer, to be handed to the gated path (it must not be
-    /// asked for twice).
-    fn admit_now(&self, dir: Dir, len: u32) -> Option<IoResult<Admit>> {
-        let gate = self.gate.as_ref()?;
-        match gate.reserve(dir, u64::from(len)) {
-            Ok(Admit::At(t)) if t <= gate.clock().now() => None,
-            other => Some(other),
         }
+        let piece = self.gate.max_piece();
+        let mut res: IoResult = Ok(0);
+        let mut off = 0u64;
+        loop {
+            let m = piece.min(u64::from(len) - off);
+            if let Err(e) = self.admit(Dir::Write, m, None).await? {
+                res = Err(e);
+                break;
+            }
+            let (a, b) = (off as usize, (off + m) as usize);
+            let payload = if buffered {
+                &self.inbuf.data()[a..b]
+            } else {
+                &self.wbuf[a..b]
+            };
+            match self.dev.write(offset + off, payload, fua) {
+                Ok(t) => res = res.map(|d| d.max(t)),
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+            off += m;
+            if off >= u64::from(len) {
+                break;
+            }
+        }
+        if buffered {
+            self.inbuf.consume(n);
+        } else if self.wbuf.len() > WBUF_KEEP {
+            self.wbuf = Vec::new();
+        }
+        self.complete(cookie, res).await
     }
 
-    /// Waits until the gate admits a piece of `len` bytes; `first` is an answer
-    /// already obtained for it. `Ok(Err(_))`: the gate refused it (the request
-    /// fails with that error).
+    /// Waits until the gate admits a piece of `len` bytes; `first` is its
+    /// ticket if already asked for (it must not be asked for twice).
+    /// `Ok(Err(_))`: the gate refused it (the request fails with that error).
+    /// The open gate admits at once.
     async fn admit(
         &mut self,
         dir: Dir,
         len: u64,
-        mut first: Option<IoResult<Admit>>,
+        mut first: Option<IoResult<Ticket>>,
     ) -> Result<IoResult<()>, NbdError> {
-        let Some(gate) = self.gate.clone() else {
-            return Ok(Ok(()));
-        };
         loop {
-            let answer = first.take().unwrap_or_else(|| gate.reserve(dir, len));
-            let at = match answer {
-                Ok(Admit::At(t)) => (t, true),
-                Ok(Admit::Retry(t)) => (t, false),
+            let ticket = match first.take().unwrap_or_else(|| self.gate.ask(dir, len)) {
+                Ok(t) => t,
                 Err(e) => return Ok(Err(e)),
             };
-            if gate.clock().now() < at.0 {
+            if let Some(at) = ticket.wait_until {
                 // Let queued replies go out while this tenant waits its turn.
                 self.kick();
                 let (tx, rx) = tokio::sync::oneshot::channel::<()>();
                 let Some(pacer) = &self.pacer else {
-                    unreachable!("a gated connection always has a pacer");
+                    unreachable!("only a gate makes a request wait, and it brings a pacer");
                 };
-                pacer.schedule(at.0, move || {
+                pacer.schedule(at, move || {
                     let _ = tx.send(());
                 });
                 tokio::select! {
@@ -651,127 +718,10 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                     _ = rx => {}
                 }
             }
-            if at.1 {
+            if ticket.booked {
                 return Ok(Ok(()));
             }
         }
-    }
-
-    /// A read through the gate: piece by piece, each once admitted.
-    async fn gated_read(
-        &mut self,
-        cookie: u64,
-        offset: u64,
-        len: u32,
-        mut first: Option<IoResult<Admit>>,
-    ) -> Result<(), NbdError> {
-        let structured = self.limits.structured;
-        let piece = self
-            .gate
-            .as_ref()
-            .map_or(u64::MAX, |g| g.max_piece())
-            .max(512);
-        let mut data = vec![0u8; len as usize];
-        let mut done: Nanos = 0;
-        let mut off = 0u64;
-        let mut res: IoResult = Ok(0);
-        while off < u64::from(len) {
-            let n = piece.min(u64::from(len) - off);
-            if let Err(e) = self.admit(Dir::Read, n, first.take()).await? {
-                res = Err(e);
-                break;
-            }
-            let (a, b) = (off as usize, (off + n) as usize);
-            match self.dev.read(offset + off, &mut data[a..b]) {
-                Ok(t) => done = done.max(t),
-                Err(e) => {
-                    res = Err(e);
-                    break;
-                }
-            }
-            off += n;
-        }
-        if let Err(e) = res {
-            return self
-                .status(cookie, Err((e.errno(), Cow::Owned(e.to_string()))))
-                .await;
-        }
-        match self.pace.clone() {
-            Some(clock) if clock.now() < done => {
-                self.defer(
-                    done,
-                    Deferred::Data {
-                        cookie,
-                        offset,
-                        data,
-                    },
-                )
-                .await
-            }
-            _ => {
-                append(&self.shared, &mut self.kick_pending, |out| {
-                    put_read_data(out, structured, cookie, offset, &data)
-                })
-                .await
-            }
-        }
-    }
-
-    /// A write through the gate: the payload is taken off the socket first
-    /// (the client has sent it), then written piece by piece as admitted.
-    async fn gated_write(
-        &mut self,
-        cookie: u64,
-        offset: u64,
-        len: u32,
-        fua: bool,
-        mut first: Option<IoResult<Admit>>,
-    ) -> Result<(), NbdError> {
-        let n = len as usize;
-        let mut payload = std::mem::take(&mut self.wbuf);
-        if payload.len() < n {
-            payload.resize(n, 0);
-        }
-        if self.inbuf.len() >= n {
-            payload[..n].copy_from_slice(&self.inbuf.data()[..n]);
-            self.inbuf.consume(n);
-        } else {
-            self.kick();
-            if !self
-                .inbuf
-                .read_exact(&mut self.rd, &mut payload[..n])
-                .await?
-            {
-                return Err(NbdError::HungUp);
-            }
-        }
-        let piece = self
-            .gate
-            .as_ref()
-            .map_or(u64::MAX, |g| g.max_piece())
-            .max(512);
-        let mut res: IoResult = Ok(0);
-        let mut off = 0u64;
-        while off < u64::from(len) {
-            let m = piece.min(u64::from(len) - off);
-            if let Err(e) = self.admit(Dir::Write, m, first.take()).await? {
-                res = Err(e);
-                break;
-            }
-            let (a, b) = (off as usize, (off + m) as usize);
-            match self.dev.write(offset + off, &payload[a..b], fua) {
-                Ok(t) => res = res.map(|d| d.max(t)),
-                Err(e) => {
-                    res = Err(e);
-                    break;
-                }
-            }
-            off += m;
-        }
-        if payload.len() <= WBUF_KEEP {
-            self.wbuf = payload;
-        }
-        self.complete(cookie, res).await
     }
 
     /// Hands a reply to the pacer, to be queued once `clock` reaches `t`.
@@ -883,7 +833,10 @@ where
         inbuf,
         dev: neg.export.dev.clone(),
         pace: neg.export.pace.clone(),
-        gate: neg.export.gate.clone(),
+        gate: match &neg.export.gate {
+            Some(g) => Admission::Gated(g.clone()),
+            None => Admission::Open,
+        },
         limits,
         shared: shared.clone(),
         pacer,

@@ -1272,3 +1272,219 @@ async fn a_panicking_device_closes_the_connection_instead_of_hanging_it() {
     // The server task reports the panic.
     assert!(tokio::time::timeout(T, c.srv).await.unwrap().is_err());
 }
+
+// ---------------------------------------------------------------------------------
+// One data path: no gate is the open gate
+// ---------------------------------------------------------------------------------
+
+/// How an export is admitted and paced in [`one_path_for_every_gate`].
+#[derive(Clone, Copy, Debug)]
+enum Admission {
+    /// No gate: the open gate.
+    Open,
+    /// No gate, but paced by a clock (the device completes at once).
+    Paced,
+    /// A gate that admits every request at once, whole.
+    AtOnce,
+    /// A gate that splits requests into 16 KiB pieces, 1 ms apart.
+    Pieces,
+}
+
+impl Admission {
+    fn gate(self) -> Option<Arc<ScriptGate>> {
+        match self {
+            Self::Open | Self::Paced => None,
+            Self::AtOnce => Some(Arc::new(ScriptGate::new(0, 1 << 30))),
+            Self::Pieces => Some(Arc::new(ScriptGate::new(1_000_000, 16 * 1024))),
+        }
+    }
+
+    fn export(self, name: &str, dev: Arc<dyn BlockDev>) -> (Export, Option<Arc<ScriptGate>>) {
+        let mut e = export(name, dev);
+        let gate = self.gate();
+        e.gate = gate.clone().map(|g| g as Arc<dyn blockdev::Gate>);
+        if matches!(self, Self::Paced) {
+            e.pace = Some(Arc::new(MonotonicClock::new()));
+        }
+        (e, gate)
+    }
+}
+
+/// Merges the device log's contiguous writes (other calls are kept as they are) with the same FUA flag (a gate's
+/// pieces) back into the requests they came from.
+fn merged_writes(log: Vec<String>) -> Vec<(u64, u64, String)> {
+    let mut out: Vec<(u64, u64, String)> = Vec::new();
+    for line in log {
+        let f: Vec<&str> = line.split(' ').collect();
+        if f[0] != "write" {
+            out.push((0, 0, line));
+            continue;
+        }
+        let (off, len, fua) = (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3]);
+        match out.last_mut() {
+            Some((o, l, fl)) if *o + *l == off && fl == fua => *l += len,
+            _ => out.push((off, len, fua.to_string())),
+        }
+    }
+    out
+}
+
+fn pattern(n: usize, seed: u32) -> Vec<u8> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(31).wrapping_add(seed) >> 3) as u8)
+        .collect()
+}
+
+/// The next reply, simple or structured: to a read of `read` bytes (`Some`) or
+/// to another command, as (cookie, errno, data; for a structured reply its type
+/// and payload).
+async fn next_reply(c: &mut Client, read: Option<usize>) -> (u64, u32, Vec<u8>) {
+    let mut magic = [0u8; 4];
+    tokio::time::timeout(T, c.s.read_exact(&mut magic))
+        .await
+        .unwrap()
+        .unwrap();
+    let magic = u32::from_be_bytes(magic);
+    if magic == SIMPLE_REPLY_MAGIC {
+        let mut h = [0u8; 12];
+        c.s.read_exact(&mut h).await.unwrap();
+        let errno = u32::from_be_bytes(h[..4].try_into().unwrap());
+        let cookie = u64::from_be_bytes(h[4..].try_into().unwrap());
+        let mut data = vec![0u8; if errno == 0 { read.unwrap_or(0) } else { 0 }];
+        c.s.read_exact(&mut data).await.unwrap();
+        return (cookie, errno, data);
+    }
+    assert_eq!(magic, STRUCTURED_REPLY_MAGIC);
+    let mut h = [0u8; 16];
+    c.s.read_exact(&mut h).await.unwrap();
+    assert_eq!(u16::from_be_bytes([h[0], h[1]]), REPLY_FLAG_DONE);
+    let kind = u16::from_be_bytes([h[2], h[3]]);
+    let cookie = u64::from_be_bytes(h[4..12].try_into().unwrap());
+    let mut p = vec![0u8; u32::from_be_bytes(h[12..].try_into().unwrap()) as usize];
+    c.s.read_exact(&mut p).await.unwrap();
+    let errno = if kind == REPLY_TYPE_ERROR {
+        u32::from_be_bytes(p[..4].try_into().unwrap())
+    } else {
+        0
+    };
+    (cookie, errno, [&kind.to_be_bytes()[..], &p].concat())
+}
+
+type Outcome = (Vec<(u64, u32, Vec<u8>)>, Vec<u8>, Vec<(u64, u64, String)>);
+
+/// Pipelines a script of reads and writes (small, large, over the input buffer,
+/// empty, out of range, with FUA, on a failing device) and returns every reply,
+/// the device's contents and its merged write log, and the gates asked.
+async fn run_script(adm: Admission, structured: bool) -> (Outcome, Vec<Arc<ScriptGate>>) {
+    let rec = Arc::new(Recorder::new(SIZE));
+    let (disk, g1) = adm.export("disk", rec.clone());
+    let (bad, g2) = adm.export("bad", Arc::new(Failing(IoError::Media("bad block".into()))));
+    let server = server_with(vec![disk, bad], ServerConfig::default());
+    let (mut c, _, _) = Client::go(&server, "disk", structured).await;
+    c.write(1, 0, &pattern(4096, 1), CMD_FLAG_FUA).await;
+    // Larger than the server's input buffer: read into the write buffer.
+    c.write(2, 8192, &pattern(600_000, 2), 0).await;
+    c.request(CMD_READ, 0, 3, 0, 4096).await;
+    c.request(CMD_READ, 0, 4, 8192, 100_000).await;
+    c.request(CMD_READ, 0, 5, 0, 0).await;
+    c.request(CMD_READ, 0, 6, 8192, 600_000).await;
+    c.write(7, 700_000, &pattern(40_000, 7), CMD_FLAG_FUA).await;
+    c.request(CMD_READ, 0, 8, SIZE, 4096).await;
+    c.request(CMD_FLUSH, 0, 9, 0, 0).await;
+    let mut replies = Vec::new();
+    for read in [
+        None,
+        None,
+        Some(4096),
+        Some(100_000),
+        Some(0),
+        Some(600_000),
+        None,
+        Some(4096),
+        None,
+    ] {
+        replies.push(next_reply(&mut c, read).await);
+    }
+    assert!(c.disconnect().await.is_ok());
+    let (mut c, _, _) = Client::go(&server, "bad", structured).await;
+    c.write(10, 0, &pattern(4096, 10), 0).await;
+    c.write(11, 0, &pattern(100_000, 11), CMD_FLAG_FUA).await;
+    c.request(CMD_READ, 0, 12, 0, 4096).await;
+    c.request(CMD_READ, 0, 13, 0, 100_000).await;
+    for read in [None, None, Some(4096), Some(100_000)] {
+        replies.push(next_reply(&mut c, read).await);
+    }
+    assert!(c.disconnect().await.is_ok());
+    let outcome = (replies, dev_bytes(&*rec), merged_writes(rec.take_log()));
+    (outcome, g1.into_iter().chain(g2).collect())
+}
+
+/// Exports without a gate take the same read and write path as gated ones,
+/// through the open gate: every kind of admission gives the same replies (data,
+/// errors, structured or simple), the same device contents and the same writes
+/// with their FUA flags; only a splitting gate cuts them into pieces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_path_for_every_gate() {
+    for structured in [false, true] {
+        let (open, _) = run_script(Admission::Open, structured).await;
+        let (replies, bytes, writes) = &open;
+        assert_eq!(replies.len(), 13);
+        for (i, (cookie, errno, _)) in replies.iter().enumerate() {
+            let want = match cookie {
+                8 => EINVAL,
+                10.. => EIO,
+                _ => 0,
+            };
+            assert_eq!((*cookie, *errno), (i as u64 + 1, want), "{structured}");
+        }
+        let data = |cookie: u64| -> &[u8] {
+            let d = &replies[cookie as usize - 1].2;
+            // Structured: chunk type, then the offset.
+            if structured {
+                &d[10..]
+            } else {
+                d
+            }
+        };
+        assert_eq!(data(3), &pattern(4096, 1)[..]);
+        assert_eq!(data(4), &pattern(600_000, 2)[..100_000]);
+        assert_eq!(data(6), &pattern(600_000, 2)[..]);
+        assert_eq!(&bytes[700_000..740_000], &pattern(40_000, 7)[..]);
+        assert_eq!(
+            writes,
+            &[
+                (0, 4096, "fua=true".to_string()),
+                (8192, 600_000, "fua=false".into()),
+                (700_000, 40_000, "fua=true".into()),
+                (0, 0, "flush".into()),
+            ]
+        );
+        for adm in [Admission::Paced, Admission::AtOnce, Admission::Pieces] {
+            let (got, gates) = run_script(adm, structured).await;
+            assert!(got == open, "{adm:?} (structured: {structured}) differs");
+            let asked: Vec<u64> = gates
+                .iter()
+                .flat_map(|g| g.asked.lock().clone())
+                .map(|a| a.1)
+                .collect();
+            match adm {
+                Admission::Paced => assert!(gates.is_empty()),
+                // Each read and write asked once, whole (the empty read too);
+                // the failing device's first piece of each.
+                Admission::AtOnce => assert_eq!(
+                    asked,
+                    [
+                        4096, 600_000, 4096, 100_000, 0, 600_000, 40_000, 4096, 100_000, 4096,
+                        100_000
+                    ]
+                ),
+                Admission::Pieces => {
+                    assert!(asked.iter().all(|&n| n <= 16 * 1024));
+                    let disk: u64 = gates[0].asked.lock().iter().map(|a| a.1).sum();
+                    assert_eq!(disk, 4096 + 600_000 + 4096 + 100_000 + 600_000 + 40_000);
+                }
+                Admission::Open => unreachable!(),
+            }
+        }
+    }
+}
