@@ -19,10 +19,10 @@ use clap::Args;
 use plotters::prelude::*;
 use serde::Serialize;
 
+use rng::SplitMix64;
 use sla::catalog::{Catalog, Percentile};
 use sla::experiment::{run_method, ExperimentConfig, Method, Outcome};
 use sla::placement::{Metric, NewUnitPolicy};
-use sla::rng::SplitMix64;
 use sla::tenants::{
     peak_total, scale_to_peak, synthetic_population, throughput_samples, GenParams, IoEvent,
     Workload,

@@ -23,6 +23,7 @@ use blockdev::BlockDev;
 use clock::{Clock, Nanos, VirtualClock, SEC};
 use flash::{Backend, FlashDevice, Geometry, Timing};
 use ftl::{Extent, MemCheckpoints, Vssd, VssdConfig};
+use rng::SplitMix64;
 use serde::{Deserialize, Serialize};
 use sla::catalog::Percentile;
 use sla::Curve;
@@ -201,24 +202,6 @@ impl std::fmt::Debug for EmulatedProber {
     }
 }
 
-/// A small deterministic generator (xorshift64*), so probes are repeatable.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// Exponential gap with mean `mean` (ns).
-    fn exp(&mut self, mean: f64) -> f64 {
-        let u = ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-        -mean * u.ln()
-    }
-}
-
 impl EmulatedProber {
     /// Builds the scratch unit (memory-backed, `channels` channels of `geometry`)
     /// and preconditions it: the whole capacity written once, then half of it
@@ -314,7 +297,7 @@ impl EmulatedProber {
 
     fn precondition(&mut self) -> Result<()> {
         let buf = vec![0x5au8; self.page as usize];
-        let mut rng = Rng(self.seed | 1);
+        let mut rng = SplitMix64::derive(self.seed, &[0]);
         let mut t = self.horizon;
         let write = |lba: u64, t: &mut Nanos| -> Result<()> {
             self.clock.set(*t);
@@ -330,7 +313,7 @@ impl EmulatedProber {
             write(lba, &mut t)?;
         }
         for _ in 0..self.pages / 2 {
-            write(rng.next() % self.pages, &mut t)?;
+            write(rng.next_u64() % self.pages, &mut t)?;
         }
         self.horizon = self.clock.now().max(t) + SEC;
         Ok(())
@@ -342,14 +325,14 @@ impl Prober for EmulatedProber {
         let start = self.horizon;
         let end = start + self.duration;
         let warm = start + self.duration / 10;
-        let mut rng = Rng(self.seed.wrapping_mul(31).wrapping_add(7) | 1);
+        let mut rng = SplitMix64::derive(self.seed, &[1]);
         let mut next_r = if read_iops > 0.0 {
-            start as f64 + rng.exp(1e9 / read_iops)
+            start as f64 + rng.exponential(1e9 / read_iops)
         } else {
             f64::INFINITY
         };
         let mut next_w = if write_iops > 0.0 {
-            start as f64 + rng.exp(1e9 / write_iops)
+            start as f64 + rng.exponential(1e9 / write_iops)
         } else {
             f64::INFINITY
         };
@@ -365,7 +348,7 @@ impl Prober for EmulatedProber {
             }
             let t = t as Nanos;
             self.clock.set(t);
-            let off = (rng.next() % self.pages) * self.page;
+            let off = (rng.next_u64() % self.pages) * self.page;
             let done = if is_read {
                 let d = self
                     .vssd
@@ -374,14 +357,14 @@ impl Prober for EmulatedProber {
                 if t >= warm {
                     lat.push(d.saturating_sub(t));
                 }
-                next_r += rng.exp(1e9 / read_iops);
+                next_r += rng.exponential(1e9 / read_iops);
                 d
             } else {
                 let d = self
                     .vssd
                     .write(off, &data, false)
                     .map_err(|e| ControlError::Invalid(format!("probe write: {e}")))?;
-                next_w += rng.exp(1e9 / write_iops);
+                next_w += rng.exponential(1e9 / write_iops);
                 d
             };
             horizon = horizon.max(done);

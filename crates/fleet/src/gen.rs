@@ -15,7 +15,7 @@
 
 use clock::Nanos;
 use harvest::Demand;
-use sla::rng::SplitMix64;
+use rng::SplitMix64;
 
 /// Number of usage levels of the fitted chains (2% steps).
 pub const LEVELS: usize = 50;

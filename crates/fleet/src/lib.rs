@@ -23,7 +23,7 @@
 //! * [`sim`]: the populations and the discrete-event loop; [`Fleet::run`] returns a
 //!   [`ScenarioReport`].
 //!
-//! Deterministic: every random draw comes from `sla::rng::SplitMix64` streams
+//! Deterministic: every random draw comes from `rng::SplitMix64` streams
 //! derived from the seed, and time is the virtual clock only.
 
 #![warn(missing_docs)]

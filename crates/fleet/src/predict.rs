@@ -202,7 +202,7 @@ pub struct Histogram {
     /// `None`: draw a past duration at random (the paper's rule); `Some(q)`: predict
     /// the `q` quantile of past durations (0.2: 80% of past runs lasted longer).
     pub quantile: Option<f64>,
-    rng: sla::rng::SplitMix64,
+    rng: rng::SplitMix64,
     /// Fewer past runs than this in a class: predict one granule.
     pub min_samples: usize,
     granule: Nanos,
@@ -227,7 +227,7 @@ impl Histogram {
     pub fn new(homes: usize, granule: Nanos, seed: u64) -> Self {
         Self {
             quantile: None,
-            rng: sla::rng::SplitMix64::new(seed),
+            rng: rng::SplitMix64::new(seed),
             min_samples: 20,
             granule,
             state: vec![(0, [0; 17]); homes],

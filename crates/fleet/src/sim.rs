@@ -48,8 +48,8 @@ use clock::{Nanos, SEC};
 use harvest::{
     classify, Demand, Gssd, GssdPool, HarvestConfig, ReclaimAction, RefreshTimer, Resources,
 };
+use rng::SplitMix64;
 use serde::{Deserialize, Serialize};
-use sla::rng::SplitMix64;
 
 use crate::gen::{self, DemandGen, LevelChain};
 use crate::predict::{Histogram, LastWindow, Oracle, Usage};

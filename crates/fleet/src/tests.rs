@@ -2,7 +2,7 @@
 //! invariants as properties.
 
 use proptest::prelude::*;
-use sla::rng::SplitMix64;
+use rng::SplitMix64;
 
 use crate::*;
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use blockdev::{BlockDev, MemDev};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use gvol::{GhostVolume, MigrateOptions};
+use rng::SplitMix64;
 
 const MIB: u64 = 1 << 20;
 const SIZE: u64 = 64 * MIB;
@@ -39,14 +40,15 @@ fn volume(nseg: u64) -> GhostVolume {
     v
 }
 
-struct Rng(u64);
+/// Random block-aligned offsets from the workspace's seeded generator.
+struct Rng(SplitMix64);
 
 impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(SplitMix64::new(seed))
+    }
     fn block(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % (SIZE / BLK as u64)) * BLK as u64
+        self.0.below((SIZE / BLK as u64) as usize) as u64 * BLK as u64
     }
 }
 
@@ -69,7 +71,7 @@ fn io(c: &mut Criterion) {
         ("gvol_half_migrated", Arc::new(migrating)),
     ];
     for (name, dev) in &devs {
-        let mut rng = Rng(42);
+        let mut rng = Rng::new(42);
         let mut buf = vec![0u8; BLK];
         g.bench_function(format!("randread/{name}"), |b| {
             b.iter(|| dev.read(rng.block(), &mut buf).unwrap())
@@ -132,7 +134,7 @@ fn map_overhead(c: &mut Criterion) {
         ("gvol_half_migrated", Arc::new(migrating)),
     ];
     for (name, dev) in &devs {
-        let mut rng = Rng(42);
+        let mut rng = Rng::new(42);
         let mut buf = vec![0u8; BLK];
         g.bench_function(format!("randread/{name}"), |b| {
             b.iter(|| dev.read(rng.block(), &mut buf).unwrap())

@@ -8,11 +8,12 @@
 //! still candle's (matmul, sigmoid, tanh, softmax, autograd and `AdamW` with no weight
 //! decay, i.e. Adam); only the wiring of the cell is written out.
 //!
-//! Weights are initialised from a seeded SplitMix64 stream (uniform in ±1/√hidden, as
+//! Weights are initialised from a seeded `rng::SplitMix64` stream (uniform in ±1/√hidden, as
 //! PyTorch does), so runs are deterministic without relying on the device's RNG.
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use rng::SplitMix64;
 
 use crate::PredictError;
 
@@ -56,27 +57,10 @@ impl std::fmt::Debug for Lstm {
     }
 }
 
-/// Deterministic SplitMix64, for weight initialisation.
-pub(crate) struct SplitMix(pub u64);
-
-impl SplitMix {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `[-a, a)`.
-    pub fn uniform(&mut self, a: f32) -> f32 {
-        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
-        (2.0 * u - 1.0) * a
-    }
-}
-
-fn var(rng: &mut SplitMix, shape: &[usize], a: f32) -> Result<Var, PredictError> {
+/// A variable of `shape` drawn uniform in `[-a, a)` from `rng`.
+fn var(rng: &mut SplitMix64, shape: &[usize], a: f32) -> Result<Var, PredictError> {
     let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n).map(|_| rng.uniform(a)).collect();
+    let v: Vec<f32> = (0..n).map(|_| (2.0 * rng.next_f32() - 1.0) * a).collect();
     Ok(Var::from_tensor(&Tensor::from_vec(
         v,
         shape,
@@ -106,7 +90,7 @@ impl Lstm {
         lr: f64,
         seed: u64,
     ) -> Result<Self, PredictError> {
-        let mut rng = SplitMix(seed);
+        let mut rng = SplitMix64::new(seed);
         let a = 1.0 / (hidden as f32).sqrt();
         let m = models.max(1);
         let vars = [

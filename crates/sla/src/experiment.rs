@@ -426,7 +426,7 @@ mod tests {
         )
         .unwrap();
         let mut tenants: Vec<Curve> = (0..20).flat_map(|_| [a.clone(), b.clone()]).collect();
-        crate::rng::SplitMix64::new(5).shuffle(&mut tenants);
+        rng::SplitMix64::new(5).shuffle(&mut tenants);
         let cfg = ExperimentConfig::default();
         for m in [Method::Regulator, Method::SlaRandom] {
             let o = run_method(m, &tenants, Percentile::P99, &cat, &cfg, 7).unwrap();

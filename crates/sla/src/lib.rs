@@ -50,14 +50,13 @@
 //! of block traces) and [`experiment`] runs the paper's §6.1 comparison
 //! against IOPS, weighted-IOPS and random-placement baselines. All of it is
 //! pure: no I/O, no clocks, and randomness only from an explicit seed
-//! ([`rng::SplitMix64`]).
+//! ([`rng::SplitMix64`], from the workspace's `rng` crate).
 
 #![warn(missing_docs)]
 
 pub mod catalog;
 pub mod experiment;
 pub mod placement;
-pub mod rng;
 pub mod tenants;
 
 use serde::{Deserialize, Serialize};

@@ -59,10 +59,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use rng::SplitMix64;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::{Catalog, Percentile};
-use crate::rng::SplitMix64;
 use crate::{difference, sum, Curve, SlaError};
 
 /// Identifies a tenant (chosen by the caller).

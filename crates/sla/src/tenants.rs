@@ -25,9 +25,9 @@
 use std::fmt;
 use std::str::FromStr;
 
+use rng::SplitMix64;
 use serde::{Deserialize, Serialize};
 
-use crate::rng::SplitMix64;
 use crate::{Curve, SlaError};
 
 /// The three tenant classes of §6.1.

@@ -1,12 +1,16 @@
-//! A small, seeded pseudo-random generator for the placement experiments.
+//! The workspace's one seeded pseudo-random generator.
 //!
-//! The §6.1 experiment and the random-placement baselines must be exactly
-//! reproducible from a seed on any platform and any future version of the
-//! dependencies, so the crate carries its own generator instead of relying on
-//! a library whose streams may change between releases. SplitMix64 (Steele,
-//! Lea and Flood, OOPSLA 2014; the reference C code by Sebastiano Vigna) is
-//! tiny, passes BigCrush, and is more than good enough to draw workloads and
-//! break ties; it is not for cryptography.
+//! Experiments (the Regulator §6.1 placement comparison, the fleet simulator),
+//! the LSTM predictors' weight initialisation and the SLA-curve probes must be
+//! exactly reproducible from a seed on any platform and any future version of
+//! the dependencies, so the workspace carries its own generator instead of
+//! relying on a library whose streams may change between releases. SplitMix64
+//! (Steele, Lea and Flood, OOPSLA 2014; the reference C code by Sebastiano
+//! Vigna) is tiny, passes BigCrush, and is more than good enough to draw
+//! workloads, initialise weights and break ties; it is not for cryptography.
+//!
+//! The stream is pinned by a test against the reference C output: changing it
+//! would move every golden result that depends on a seed.
 
 /// The SplitMix64 generator: a 64-bit counter advanced by the golden-ratio
 /// increment and passed through a bijective mixer.
@@ -46,6 +50,23 @@ impl SplitMix64 {
     /// A uniform float in `[0, 1)` (53 random bits).
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// A uniform `f32` in `[0, 1)` (24 random bits, the top of one draw).
+    pub fn next_f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+
+    /// A uniform float in `(0, 1)`: 53 random bits, centred in their cell,
+    /// so it is never 0 (safe under `ln`) and never 1.
+    pub fn next_f64_open(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    /// An exponentially distributed float with mean `mean` (inverse
+    /// transform of [`next_f64_open`](Self::next_f64_open)): Poisson gaps.
+    pub fn exponential(&mut self, mean: f64) -> f64 {
+        -mean * self.next_f64_open().ln()
     }
 
     /// A uniform float in `[lo, hi)`.
@@ -113,6 +134,28 @@ mod tests {
         assert_ne!(v, (0..20).collect::<Vec<_>>());
         v.sort_unstable();
         assert_eq!(v, (0..20).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn f32_and_open_interval_and_exponential() {
+        let mut r = SplitMix64::new(11);
+        let mut sum = 0.0;
+        for _ in 0..20_000 {
+            let x = r.next_f32();
+            assert!((0.0..1.0).contains(&x));
+            let o = r.next_f64_open();
+            assert!(o > 0.0 && o < 1.0);
+            sum += r.exponential(2.0);
+        }
+        let mean = sum / 20_000.0;
+        assert!((1.9..2.1).contains(&mean), "{mean}");
+        // next_f32 is the top 24 bits of one draw.
+        let mut a = SplitMix64::new(5);
+        let mut b = SplitMix64::new(5);
+        assert_eq!(
+            a.next_f32(),
+            (b.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+        );
     }
 
     #[test]
