@@ -2,7 +2,8 @@
 //!
 //! A checkpoint is an opaque byte string per vSSD id. The daemon keeps them as files
 //! beside the device (written to a temporary name, synced, then renamed, so a crash
-//! leaves either the old or the new checkpoint); tests keep them in memory.
+//! leaves either the old or the new checkpoint); tests keep them in memory. What
+//! the bytes say is the business of [`format`](mod@format).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -11,6 +12,8 @@ use std::path::PathBuf;
 use parking_lot::Mutex;
 
 use crate::FtlError;
+
+pub(crate) mod format;
 
 /// Durable storage for checkpoints, keyed by vSSD id.
 pub trait CheckpointStore: Send + Sync {

@@ -179,12 +179,18 @@ fn run(gc: GcPolicyKind) -> (u64, u64) {
 fn greedy_fingerprint_is_unchanged() {
     let (fp, gc_runs) = run(GcPolicyKind::Greedy);
     assert!(gc_runs > 100, "the workload must make GC work: {gc_runs}");
-    assert_eq!(fp, 6225834455861620397, "greedy fingerprint (gc runs {gc_runs})");
+    assert_eq!(
+        fp, 6225834455861620397,
+        "greedy fingerprint (gc runs {gc_runs})"
+    );
 }
 
 #[test]
 fn cost_benefit_fingerprint_is_unchanged() {
     let (fp, gc_runs) = run(GcPolicyKind::CostBenefit);
     assert!(gc_runs > 100, "the workload must make GC work: {gc_runs}");
-    assert_eq!(fp, 13545461320683131157, "cost-benefit fingerprint (gc runs {gc_runs})");
+    assert_eq!(
+        fp, 13545461320683131157,
+        "cost-benefit fingerprint (gc runs {gc_runs})"
+    );
 }

@@ -1,13 +1,17 @@
-//! Garbage-collection victim policies.
+//! Garbage collection: the victim policies, and (in `relocate`) the mechanics
+//! that collect a victim.
 //!
-//! One trait, one file per policy. Adding a policy means one new file and one arm in
-//! [`GcPolicyKind::build`].
+//! Policies: one trait, one file per policy. Adding a policy means one new file and
+//! one arm in [`GcPolicyKind::build`]. The mechanics (draining a victim, moving its
+//! live pages, the background and foreground thresholds) are crate-internal.
 
 mod cost_benefit;
 mod greedy;
+mod relocate;
 
 pub use cost_benefit::CostBenefit;
 pub use greedy::Greedy;
+pub(crate) use relocate::{GC_LOW, GC_SOFT};
 
 use clock::Nanos;
 use serde::{Deserialize, Serialize};

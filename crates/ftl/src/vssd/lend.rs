@@ -26,6 +26,7 @@
 //! gone, well before writes could run out of space.
 
 use super::*;
+use crate::gc::{GC_LOW, GC_SOFT};
 
 /// Safety margin, in blocks, that lending leaves in a parallel unit of
 /// `pu_blocks` blocks beyond its valid data and GC's room: an eighth of the unit
@@ -258,10 +259,7 @@ impl Vssd {
             b.wp = 0;
             b.valid = 0;
         }
-        inner.l2p.fill(UNMAPPED);
-        inner.lseq.fill(0);
-        inner.p2l.fill(UNMAPPED);
-        inner.live_trims.clear();
+        inner.map.clear();
         for st in inner.pus.iter_mut() {
             st.free.clear();
             st.active = None;
@@ -433,7 +431,7 @@ impl Vssd {
         let mut t = now;
         for page in 0..ppb {
             let lp = b * ppb + page;
-            let owner = g.p2l[lp as usize];
+            let owner = g.map.p2l[lp as usize];
             if owner == UNMAPPED {
                 continue;
             }

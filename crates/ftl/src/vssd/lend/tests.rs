@@ -6,11 +6,11 @@ use std::collections::HashMap;
 
 use blockdev::{IoError, MemDev};
 use clock::VirtualClock;
-use flash::{Backend, Timing};
+use flash::{Backend, BlockId, Timing};
 use proptest::prelude::*;
 
 use super::*;
-use crate::{default_capacity, MemCheckpoints};
+use crate::{default_capacity, GcPolicyKind, MemCheckpoints};
 
 const PS: usize = 512;
 

@@ -1,0 +1,232 @@
+//! GC mechanics: draining a victim block by relocating its live pages, then
+//! erasing it. The victim *policies* (which block) are the sibling modules; this
+//! is how it is collected.
+//!
+//! Two modes share one drain: background GC ([`Vssd::gc_step`], after each host
+//! write once a unit is low on free blocks) moves the write's share of the
+//! victim's pages, so GC keeps pace with the host in small steps that reads can
+//! interleave with; foreground GC ([`Vssd::gc_once`], when a host write finds its
+//! unit almost out of blocks) collects whole victims. A relocated page keeps its
+//! OOB record, and so its sequence number, which is what lets recovery tell a GC
+//! copy from a newer write. Relocation programs through its own path
+//! ([`Vssd::program_relocated`]): always on the victim's unit, and allowed to open
+//! the reserve blocks host writes may not take.
+
+use clock::Nanos;
+use flash::Oob;
+
+use super::Candidate;
+use crate::vssd::{BState, Inner, Vssd, GC_RESERVE, TRIM_REC, UNMAPPED};
+use crate::FtlError;
+
+/// Background GC starts when a parallel unit has this many free blocks or
+/// fewer: each host write to the unit then also moves its share of a victim's
+/// valid pages, so that GC keeps pace with the host in small steps that reads
+/// can interleave with (as real controllers do), instead of blocking a die for a
+/// whole block's worth of copies.
+pub(crate) const GC_SOFT: usize = 3;
+/// Foreground GC: when a unit is down to this many free blocks, a host write
+/// waits while whole victims are collected. Background GC starts one block
+/// earlier than this used to, so it keeps as many blocks free as foreground GC
+/// alone did: a higher start would eat into the over-provisioning and raise
+/// write amplification (it did: 5 blocks of 32 made random writes 14x dearer).
+pub(crate) const GC_LOW: usize = 2;
+
+impl Vssd {
+    /// The unit's GC victim: the one being drained, or a fresh choice of the
+    /// policy among closed blocks with invalid pages.
+    fn victim(&self, g: &mut Inner, pu: usize, now: Nanos) -> Option<u32> {
+        if let Some(v) = g.pus[pu].victim {
+            return Some(v);
+        }
+        let ppb = self.ppb;
+        let mut cands = Vec::new();
+        let mut idx = Vec::new();
+        for &b in &g.pus[pu].blocks {
+            let blk = &g.blocks[b as usize];
+            if blk.state == BState::Closed && blk.valid < ppb {
+                cands.push(Candidate {
+                    valid: blk.valid,
+                    pages: ppb,
+                    erase_count: blk.erase_count,
+                    last_write: blk.last_write,
+                });
+                idx.push(b);
+            }
+        }
+        if cands.is_empty() {
+            return None;
+        }
+        let v = idx[self.policy.choose(&cands, now)];
+        let valid = g.blocks[v as usize].valid;
+        let st = &mut g.pus[pu];
+        st.victim = Some(v);
+        st.cursor = 0;
+        // Each host page written must be matched by one page reclaimed: a victim
+        // with `valid` live pages reclaims `ppb - valid` for `valid` copies.
+        st.ratio = f64::from(valid) / f64::from(ppb - valid);
+        Some(v)
+    }
+
+    /// Moves up to `max` live pages of the unit's victim, from its cursor on,
+    /// issuing them at `now` (they queue on the die behind earlier work). When
+    /// the victim has no live pages left it is erased and freed. Returns whether
+    /// it was.
+    fn drain(&self, g: &mut Inner, pu: usize, max: u32, now: Nanos) -> Result<bool, FtlError> {
+        let Some(victim) = g.pus[pu].victim else {
+            return Ok(false);
+        };
+        // Not `g.scratch`: GC can run inside a read-modify-write that holds it.
+        // Taken out of `g` while `g` is lent to `program_relocated`, and put back below.
+        let mut buf = std::mem::take(&mut g.gc_buf);
+        buf.resize(self.page_size, 0);
+        let r = self.drain_with(g, pu, victim, max, now, &mut buf);
+        g.gc_buf = buf;
+        r
+    }
+
+    /// [`Vssd::drain`] with its page buffer.
+    fn drain_with(
+        &self,
+        g: &mut Inner,
+        pu: usize,
+        victim: u32,
+        max: u32,
+        now: Nanos,
+        buf: &mut [u8],
+    ) -> Result<bool, FtlError> {
+        let ppb = self.ppb;
+        let mut t = now;
+        let mut moved = 0;
+        while g.pus[pu].cursor < ppb && moved < max {
+            let page = g.pus[pu].cursor;
+            g.pus[pu].cursor += 1;
+            let lp = victim * ppb + page;
+            let owner = g.map.p2l[lp as usize];
+            if owner == UNMAPPED {
+                continue;
+            }
+            if let Some(done) = self.move_page(g, pu, lp, owner, now, t, buf)? {
+                t = t.max(done);
+                g.counters.gc_pages_moved += 1;
+                moved += 1;
+            }
+        }
+        if g.pus[pu].cursor < ppb && g.blocks[victim as usize].valid > 0 {
+            return Ok(false);
+        }
+        let id = g.blocks[victim as usize].id;
+        self.dev.erase(id, t)?;
+        let blk = &mut g.blocks[victim as usize];
+        debug_assert_eq!(blk.valid, 0);
+        blk.state = BState::Free;
+        blk.wp = 0;
+        blk.valid = 0;
+        blk.erase_count += 1;
+        let ec = blk.erase_count;
+        let st = &mut g.pus[pu];
+        st.free.insert((ec, victim));
+        st.victim = None;
+        st.debt = 0.0;
+        g.counters.gc_runs += 1;
+        g.counters.block_erases += 1;
+        Ok(true)
+    }
+
+    /// Moves live local page `lp` (holding logical page `owner`, or a trim record)
+    /// to a block of `pu`, keeping its OOB record and so its sequence number: read
+    /// issued at `now`, program at `after` or when the read is done. Returns the
+    /// program's completion time, or `None` for a trim record that the last
+    /// checkpoint covers, which is dropped instead.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn move_page(
+        &self,
+        g: &mut Inner,
+        pu: usize,
+        lp: u32,
+        owner: u32,
+        now: Nanos,
+        after: Nanos,
+        buf: &mut [u8],
+    ) -> Result<Option<Nanos>, FtlError> {
+        let ppb = self.ppb;
+        let gp = self.global_page(g, lp);
+        let oob = self.dev.oob(gp).ok_or_else(|| FtlError::Recovery {
+            name: self.cfg.name.clone(),
+            reason: format!("live page {gp} has no OOB record"),
+        })?;
+        if owner == TRIM_REC && oob.seq <= g.map.ckpt_seq {
+            Self::invalidate_page(g, lp, ppb);
+            return Ok(None);
+        }
+        let t = after.max(self.dev.read(gp, 0, buf, now)?);
+        g.counters.flash_pages_read += 1;
+        let (nlp, done) = self.program_relocated(g, pu, buf, &oob, t)?;
+        Self::invalidate_page(g, lp, ppb);
+        g.map.p2l[nlp as usize] = owner;
+        g.blocks[(nlp / ppb) as usize].valid += 1;
+        if owner == TRIM_REC {
+            if let Some(x) = g.map.live_trims.iter_mut().find(|x| **x == lp) {
+                *x = nlp;
+            }
+        } else {
+            g.map.l2p[owner as usize] = nlp;
+        }
+        Ok(Some(t.max(done)))
+    }
+
+    /// Collects one whole victim block on `pu` (foreground GC). Returns false if
+    /// no block can be collected.
+    pub(crate) fn gc_once(&self, g: &mut Inner, pu: usize, now: Nanos) -> Result<bool, FtlError> {
+        if self.victim(g, pu, now).is_none() {
+            return Ok(false);
+        }
+        self.drain(g, pu, u32::MAX, now)
+    }
+
+    /// Background GC after a host write to `pu`: moves the write's share of the
+    /// victim's pages once the unit runs low on free blocks, and finishes a
+    /// victim it has started.
+    pub(crate) fn gc_step(&self, g: &mut Inner, pu: usize, now: Nanos) -> Result<(), FtlError> {
+        if g.pus[pu].victim.is_none() && g.pus[pu].free.len() > GC_SOFT {
+            return Ok(());
+        }
+        if self.victim(g, pu, now).is_none() {
+            return Ok(());
+        }
+        let st = &mut g.pus[pu];
+        if st.free.len() <= GC_RESERVE + 1 {
+            // A partly drained victim must always be finishable: with one free
+            // block left beside the active one, finish it now, while its
+            // remaining live pages (fewer than a block) still fit.
+            self.drain(g, pu, u32::MAX, now)?;
+            return Ok(());
+        }
+        st.debt += st.ratio;
+        let n = st.debt.floor();
+        st.debt -= n;
+        // At least one page per write, so a victim is always finished.
+        self.drain(g, pu, (n as u32).max(1), now)?;
+        Ok(())
+    }
+
+    /// Programs a page GC moves on unit `pu`, opening a free block there if it
+    /// has no active one (GC may take the reserve). Returns its local page and
+    /// completion time; the caller sets `p2l`.
+    fn program_relocated(
+        &self,
+        g: &mut Inner,
+        pu: usize,
+        data: &[u8],
+        oob: &Oob,
+        now: Nanos,
+    ) -> Result<(u32, Nanos), FtlError> {
+        let b = match g.pus[pu].active {
+            Some(b) => b,
+            None => Self::open_free_block(g, pu)
+                .ok_or_else(|| FtlError::NoSpace(self.cfg.name.clone()))?,
+        };
+        self.program_into(g, pu, b, data, oob, now)
+    }
+}

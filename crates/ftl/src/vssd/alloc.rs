@@ -1,0 +1,198 @@
+//! Block allocation for host programs: where the next host page (or trim record)
+//! goes, and which free block a parallel unit opens next.
+//!
+//! The vSSD's flash is a table of blocks grouped in parallel units (one die of one
+//! extent each). Host pages are striped page by page over the units, round-robin
+//! (channel first, then die), each unit filling one open block at a time; a unit
+//! opens its least-erased free block (wear-aware allocation). A host program may
+//! not take a unit's last [`GC_RESERVE`] free blocks, which only GC relocation may
+//! open, and it runs foreground GC first when the unit is low. GC relocation has
+//! its own program path (`crate::gc::relocate`), which shares the two primitives
+//! here: opening a free block and programming the next page of an open one.
+
+use std::collections::BTreeSet;
+
+use clock::Nanos;
+use flash::{BlockId, FlashDevice, Geometry, Oob};
+
+use super::{Inner, Vssd, VssdConfig};
+use crate::gc::GC_LOW;
+use crate::FtlError;
+
+/// Blocks per parallel unit that only GC may open (so GC can always make progress).
+pub(crate) const GC_RESERVE: usize = 1;
+
+/// What a block is doing now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BState {
+    /// Erased, in its unit's free list.
+    Free,
+    /// Its unit's active block, being filled.
+    Open,
+    /// Full (or left partly written by a crash); a GC candidate.
+    Closed,
+    /// Being emptied by [`Vssd::lend`]: neither allocated nor a GC victim.
+    Draining,
+    /// Lent to a ghost vSSD: not ours until taken back.
+    Lent,
+}
+
+/// One erase block owned by the vSSD.
+#[derive(Debug, Clone)]
+pub(crate) struct Blk {
+    pub(crate) id: BlockId,
+    pub(crate) pu: u32,
+    pub(crate) state: BState,
+    /// Next page to program.
+    pub(crate) wp: u32,
+    pub(crate) valid: u32,
+    pub(crate) erase_count: u32,
+    pub(crate) last_write: Nanos,
+}
+
+/// Allocation and background-GC state of one parallel unit.
+#[derive(Debug, Default)]
+pub(crate) struct PuState {
+    /// Free blocks by (erase count, local block): the least-worn is used first.
+    pub(crate) free: BTreeSet<(u32, u32)>,
+    /// The block being filled, if any.
+    pub(crate) active: Option<u32>,
+    /// Every local block of this unit (for GC candidates).
+    pub(crate) blocks: Vec<u32>,
+    /// Background GC: the victim being drained, the next page of it to look at,
+    /// pages to move per host write, and the fraction of a page owed.
+    pub(crate) victim: Option<u32>,
+    pub(crate) cursor: u32,
+    pub(crate) ratio: f64,
+    pub(crate) debt: f64,
+}
+
+/// The block table of a vSSD on `cfg`'s extents: its blocks (lent ones marked
+/// lent, the others free, erase counts from the device) and its parallel units,
+/// numbered die-major so consecutive pages go to different channels.
+pub(crate) fn block_table(
+    geo: &Geometry,
+    dev: &FlashDevice,
+    cfg: &VssdConfig,
+) -> (Vec<Blk>, Vec<PuState>) {
+    let mut blocks = Vec::new();
+    let mut pus = Vec::new();
+    for die in 0..geo.dies_per_channel {
+        for e in &cfg.extents {
+            let pu = pus.len() as u32;
+            let mut st = PuState::default();
+            for plane in 0..geo.planes_per_die {
+                for b in e.first_block..e.first_block + e.blocks {
+                    let id = geo.block_id(e.channel, die, plane, b);
+                    let lent = cfg.lent.iter().any(|l| l.contains(geo, id));
+                    st.blocks.push(blocks.len() as u32);
+                    blocks.push(Blk {
+                        id,
+                        pu,
+                        state: if lent { BState::Lent } else { BState::Free },
+                        wp: 0,
+                        valid: 0,
+                        erase_count: dev.erase_count(id),
+                        last_write: 0,
+                    });
+                }
+            }
+            pus.push(st);
+        }
+    }
+    (blocks, pus)
+}
+
+impl Vssd {
+    /// Programs one host page (data or trim record) on the next parallel unit that
+    /// can take it, round-robin, and returns its local page and completion time.
+    /// The caller sets `p2l`.
+    pub(crate) fn program_host(
+        &self,
+        g: &mut Inner,
+        data: &[u8],
+        oob: &Oob,
+        now: Nanos,
+    ) -> Result<(u32, Nanos), FtlError> {
+        let npu = g.pus.len();
+        for attempt in 0..npu {
+            let p = (g.rr + attempt) % npu;
+            let b = match g.pus[p].active {
+                Some(b) => Some(b),
+                None => self.open_host_block(g, p, now)?,
+            };
+            let Some(b) = b else {
+                continue;
+            };
+            let r = self.program_into(g, p, b, data, oob, now)?;
+            g.rr = (p + 1) % npu;
+            return Ok(r);
+        }
+        Err(FtlError::NoSpace(self.cfg.name.clone()))
+    }
+
+    /// Opens a new active block on `pu` for host pages, running foreground GC
+    /// first if free blocks are low. Never takes the GC reserve.
+    fn open_host_block(
+        &self,
+        g: &mut Inner,
+        pu: usize,
+        now: Nanos,
+    ) -> Result<Option<u32>, FtlError> {
+        let mut rounds = g.pus[pu].blocks.len();
+        while g.pus[pu].free.len() <= GC_LOW && rounds > 0 {
+            rounds -= 1;
+            if !self.gc_once(g, pu, now)? {
+                break;
+            }
+        }
+        // GC may have opened a block for the pages it moved: fill that first.
+        if let Some(b) = g.pus[pu].active {
+            return Ok(Some(b));
+        }
+        if g.pus[pu].free.len() <= GC_RESERVE {
+            return Ok(None);
+        }
+        Ok(Self::open_free_block(g, pu))
+    }
+
+    /// Makes the least-worn free block of `pu` its active block, if it has one.
+    pub(crate) fn open_free_block(g: &mut Inner, pu: usize) -> Option<u32> {
+        let &first = g.pus[pu].free.iter().next()?;
+        g.pus[pu].free.remove(&first);
+        let b = first.1;
+        let blk = &mut g.blocks[b as usize];
+        blk.state = BState::Open;
+        blk.wp = 0;
+        blk.valid = 0;
+        g.pus[pu].active = Some(b);
+        Some(b)
+    }
+
+    /// Programs the next page of `pu`'s active block `b`, closing the block when it
+    /// is full. Returns the local page and the completion time.
+    #[inline]
+    pub(crate) fn program_into(
+        &self,
+        g: &mut Inner,
+        pu: usize,
+        b: u32,
+        data: &[u8],
+        oob: &Oob,
+        now: Nanos,
+    ) -> Result<(u32, Nanos), FtlError> {
+        let blk = &mut g.blocks[b as usize];
+        let page = blk.wp;
+        let done = self
+            .dev
+            .program(self.geo.first_page(blk.id) + page as u64, data, oob, now)?;
+        blk.wp += 1;
+        blk.last_write = now;
+        if blk.wp == self.ppb {
+            blk.state = BState::Closed;
+            g.pus[pu].active = None;
+        }
+        g.counters.flash_pages_written += 1;
+        Ok((b * self.ppb + page, done))
+    }
+}

@@ -1,0 +1,180 @@
+//! The host data path at page level: what a [`BlockDev`](blockdev::BlockDev) read,
+//! write or zeroing does once the range is checked and the lock is held.
+//!
+//! Byte ranges are cut into logical pages: whole pages are programmed as they are,
+//! partial ones by read-modify-write, and whole pages zeroed by trim are unmapped
+//! and recorded in a durable trim record. Each host page is a new sequence number,
+//! programmed where allocation puts it, then mapped; background GC then does its
+//! share on the unit written.
+
+use blockdev::{check_range, IoResult};
+use clock::Nanos;
+use flash::{Oob, OobKind};
+
+use super::{Inner, Vssd, TRIM_REC, UNMAPPED};
+use crate::FtlError;
+
+/// A checkpoint is taken when this many trim records are live.
+const MAX_LIVE_TRIMS: usize = 256;
+
+impl Vssd {
+    /// Writes one whole logical page.
+    fn write_page(
+        &self,
+        g: &mut Inner,
+        lba: u64,
+        data: &[u8],
+        now: Nanos,
+    ) -> Result<Nanos, FtlError> {
+        let seq = g.map.next_seq();
+        let oob = Oob {
+            owner: self.cfg.id,
+            kind: OobKind::Data,
+            lba,
+            seq,
+        };
+        let (lp, done) = self.program_host(g, data, &oob, now)?;
+        self.remap(g, lba, lp, seq);
+        let pu = g.blocks[(lp / self.ppb) as usize].pu as usize;
+        g.counters.host_pages_written += 1;
+        self.gc_step(g, pu, now)?;
+        Ok(done)
+    }
+
+    /// Reads part of a logical page into `out` (zeros if unmapped).
+    pub(super) fn read_part(
+        &self,
+        g: &mut Inner,
+        lba: u64,
+        off: usize,
+        out: &mut [u8],
+        now: Nanos,
+    ) -> Result<Nanos, FtlError> {
+        let lp = g.map.l2p[lba as usize];
+        if lp == UNMAPPED {
+            out.fill(0);
+            return Ok(now);
+        }
+        let gp = self.global_page(g, lp);
+        g.counters.flash_pages_read += 1;
+        Ok(self.dev.read(gp, off, out, now)?)
+    }
+
+    /// Overwrites `data.len()` bytes at `off` within logical page `lba` (read-modify-write).
+    fn write_partial(
+        &self,
+        g: &mut Inner,
+        lba: u64,
+        off: usize,
+        data: &[u8],
+        now: Nanos,
+    ) -> Result<Nanos, FtlError> {
+        let mut buf = std::mem::take(&mut g.scratch);
+        let r = (|| {
+            let t = self.read_part(g, lba, 0, &mut buf, now)?;
+            buf[off..off + data.len()].copy_from_slice(data);
+            self.write_page(g, lba, &buf, t)
+        })();
+        g.scratch = buf;
+        r
+    }
+
+    /// Zeroes `[offset, offset+len)`: partial pages by read-modify-write, whole pages
+    /// unmapped and recorded in a durable trim record.
+    pub(super) fn zero_range(&self, offset: u64, len: u64) -> IoResult {
+        check_range(offset, len, self.cfg.capacity_bytes)?;
+        let mut g = self.inner.lock();
+        self.check_alive(&g)?;
+        let now = self.clock.now();
+        let ps = self.page_size as u64;
+        let end = offset + len;
+        let mut done = now;
+        let first_full = offset.div_ceil(ps);
+        let last_full = end / ps; // exclusive
+        if first_full >= last_full {
+            // No whole page: zero in place within at most two pages.
+            let zeros = vec![0u8; len as usize];
+            return self.write_bytes(&mut g, offset, &zeros, now);
+        }
+        if !offset.is_multiple_of(ps) {
+            let n = (first_full * ps - offset) as usize;
+            done = done.max(self.write_bytes(&mut g, offset, &vec![0u8; n], now)?);
+        }
+        if !end.is_multiple_of(ps) {
+            let n = (end - last_full * ps) as usize;
+            done = done.max(self.write_bytes(&mut g, last_full * ps, &vec![0u8; n], now)?);
+        }
+        let mut any = false;
+        for lba in first_full..last_full {
+            if g.map.l2p[lba as usize] != UNMAPPED {
+                any = true;
+                self.unmap(&mut g, lba);
+            }
+        }
+        if any {
+            done = done.max(self.write_trim_record(
+                &mut g,
+                first_full,
+                last_full - first_full,
+                now,
+            )?);
+        }
+        Ok(done)
+    }
+
+    /// Programs a trim record of logical pages `start .. start + count` (which the
+    /// caller has unmapped), checkpointing when too many are live.
+    fn write_trim_record(
+        &self,
+        g: &mut Inner,
+        start: u64,
+        count: u64,
+        now: Nanos,
+    ) -> Result<Nanos, FtlError> {
+        let seq = g.map.next_seq();
+        let mut page = vec![0u8; self.page_size];
+        page[0..8].copy_from_slice(&start.to_le_bytes());
+        page[8..16].copy_from_slice(&count.to_le_bytes());
+        let oob = Oob {
+            owner: self.cfg.id,
+            kind: OobKind::Trim,
+            lba: start,
+            seq,
+        };
+        let (lp, done) = self.program_host(g, &page, &oob, now)?;
+        g.map.p2l[lp as usize] = TRIM_REC;
+        g.blocks[(lp / self.ppb) as usize].valid += 1;
+        g.map.live_trims.push(lp);
+        if g.map.live_trims.len() >= MAX_LIVE_TRIMS {
+            self.write_checkpoint(g)?;
+        }
+        Ok(done)
+    }
+
+    /// Writes `data` at byte `offset`, page by page.
+    pub(super) fn write_bytes(
+        &self,
+        g: &mut Inner,
+        offset: u64,
+        data: &[u8],
+        now: Nanos,
+    ) -> IoResult {
+        let ps = self.page_size as u64;
+        let mut done = now;
+        let mut pos = 0usize;
+        while pos < data.len() {
+            let at = offset + pos as u64;
+            let lba = at / ps;
+            let off = (at % ps) as usize;
+            let n = (self.page_size - off).min(data.len() - pos);
+            let t = if n == self.page_size {
+                self.write_page(g, lba, &data[pos..pos + n], now)?
+            } else {
+                self.write_partial(g, lba, off, &data[pos..pos + n], now)?
+            };
+            done = done.max(t);
+            pos += n;
+        }
+        Ok(done)
+    }
+}
