@@ -15,6 +15,7 @@ mod btrfs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -389,8 +390,15 @@ fn run_volume(r: &RunArgs, api_url: &str) -> Result<()> {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
-    let clock = MonotonicClock::new();
-    let vol = BtrfsVolume::new(&r.mount, &dir.join("work"), &r.name, backend, r.commit_s)?;
+    let clock = Arc::new(MonotonicClock::new());
+    let vol = BtrfsVolume::new(
+        &r.mount,
+        &dir.join("work"),
+        &r.name,
+        backend,
+        r.commit_s,
+        clock.clone(),
+    )?;
     let backend_name = vol.backend_name().to_string();
     let mut ctl = Controller::start(&cfg, vol, clock.now())
         .context("creating the initial disk and file system")?;

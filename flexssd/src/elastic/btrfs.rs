@@ -11,10 +11,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use clock::Nanos;
+use clock::{Clock, Nanos, SEC};
 use elastic::{DiskInfo, DiskState, FsStats, Volume};
 
 use crate::client::Client;
@@ -60,6 +61,14 @@ pub struct BtrfsVolume {
     commit_s: u32,
     /// Time each add and remove took, for the log.
     pub log: Vec<String>,
+    /// Times the tools and bounds the waits for nbdfuse (the caller's clock:
+    /// the host's monotonic clock in the daemon's elastic command).
+    clock: Arc<dyn Clock>,
+}
+
+/// Seconds between two readings of a clock.
+fn secs(from: Nanos, to: Nanos) -> f64 {
+    to.saturating_sub(from) as f64 / SEC as f64
 }
 
 /// Runs a tool; an error carries its stderr.
@@ -139,13 +148,15 @@ impl BtrfsVolume {
     /// A volume (no disks yet) to be mounted at `mount`; `work` holds fuse mount
     /// points and sparse files; disks are named `<prefix>-<n>`; btrfs commits every
     /// `commit_s` seconds (its default, 30 s, is how late freed space shows in
-    /// statvfs — too late for a controller probing every second).
+    /// statvfs — too late for a controller probing every second). `clock` times
+    /// adds and removes and bounds the waits for nbdfuse.
     pub fn new(
         mount: &Path,
         work: &Path,
         prefix: &str,
         backend: Backend,
         commit_s: u32,
+        clock: Arc<dyn Clock>,
     ) -> Result<Self> {
         std::fs::create_dir_all(mount).with_context(|| format!("create {}", mount.display()))?;
         std::fs::create_dir_all(work).with_context(|| format!("create {}", work.display()))?;
@@ -160,6 +171,7 @@ impl BtrfsVolume {
             mounted: false,
             commit_s,
             log: vec![],
+            clock,
         })
     }
 
@@ -216,10 +228,10 @@ impl BtrfsVolume {
                     }
                 };
                 let file = fuse_dir.join("nbd");
-                let t0 = Instant::now();
+                let deadline = self.clock.now() + 30 * SEC;
                 while !(pid.exists() && file.exists()) {
                     let dead = child.try_wait().ok().flatten().is_some();
-                    if dead || t0.elapsed() > Duration::from_secs(30) {
+                    if dead || self.clock.now() > deadline {
                         let _ = child.kill();
                         let _ = child.wait();
                         let _ = sh("fusermount3", &["-u", &fuse_dir.to_string_lossy()]);
@@ -278,8 +290,8 @@ impl BtrfsVolume {
         }
         if let Some(mut c) = d.fuse.take() {
             // nbdfuse exits once unmounted; make sure.
-            let t0 = Instant::now();
-            while c.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(5) {
+            let deadline = self.clock.now() + 5 * SEC;
+            while c.try_wait().ok().flatten().is_none() && self.clock.now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
             }
             let _ = c.kill();
@@ -328,9 +340,9 @@ impl BtrfsVolume {
     }
 
     fn add(&mut self, bytes: u64) -> Result<u64> {
-        let t0 = Instant::now();
+        let t0 = self.clock.now();
         let mut d = self.attach(bytes)?;
-        let t_attach = t0.elapsed();
+        let t_attach = secs(t0, self.clock.now());
         if let Err(e) = sh(
             "btrfs",
             &[
@@ -349,8 +361,8 @@ impl BtrfsVolume {
             "add {} ({}): attach {:.2} s, total {:.2} s",
             d.info.name,
             d.loopdev,
-            t_attach.as_secs_f64(),
-            t0.elapsed().as_secs_f64()
+            t_attach,
+            secs(t0, self.clock.now())
         ));
         d.info.state = DiskState::Active;
         self.disks.push(d);
@@ -361,7 +373,7 @@ impl BtrfsVolume {
         if self.disks.len() <= 1 {
             bail!("the pool has one disk left; it is never removed");
         }
-        let t0 = Instant::now();
+        let t0 = self.clock.now();
         let i = self.disks.len() - 1;
         self.disks[i].info.state = DiskState::Removing;
         let dev = self.disks[i].loopdev.clone();
@@ -377,14 +389,14 @@ impl BtrfsVolume {
                 self.disks[i].info.name
             )));
         }
-        let t_move = t0.elapsed();
+        let t_move = secs(t0, self.clock.now());
         let mut d = self.disks.pop().expect("checked above");
         self.detach(&mut d);
         self.log.push(format!(
             "remove {} ({dev}): move {:.2} s, total {:.2} s",
             d.info.name,
-            t_move.as_secs_f64(),
-            t0.elapsed().as_secs_f64()
+            t_move,
+            secs(t0, self.clock.now())
         ));
         Ok(self.size())
     }
