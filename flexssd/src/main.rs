@@ -11,6 +11,7 @@ mod elastic_cmd;
 mod harvest_cmd;
 mod metrics;
 mod plot;
+mod progress;
 mod serve;
 mod sim_cache;
 mod sim_harvest;
@@ -25,6 +26,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use clock::MonotonicClock;
 use control::{parse_size, BlockRange, Mode};
 use ftl::GcPolicyKind;
 
@@ -228,10 +230,10 @@ fn main() -> ExitCode {
         Command::Device(a) => client::device(&client::Client::new(&api_url(&a.client)), &a.cmd),
         Command::Stats(a) => client::stats(&client::Client::new(&api_url(&a.client)), a.json),
         Command::Plot(p) => plot::run(p),
-        Command::Sim(SimCmd::Cache(a)) => sim_cache::run(a),
+        Command::Sim(SimCmd::Cache(a)) => sim_cache::run(a, &MonotonicClock::new()),
         Command::Sim(SimCmd::SlaPlacement(a)) => sim_sla::run(a),
         Command::Sim(SimCmd::Predict(a)) => sim_predict::run(a),
-        Command::Sim(SimCmd::Harvest(a)) => sim_harvest::run(a),
+        Command::Sim(SimCmd::Harvest(a)) => sim_harvest::run(a, &MonotonicClock::new()),
         Command::Trace(t) => trace_cmd::run(t),
         Command::Sla(a) => sla_cmd::run(a, &api_url(&a.client)),
         Command::Tier(a) => tier_cmd::run(a, &api_url(&a.client)),

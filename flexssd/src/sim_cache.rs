@@ -8,13 +8,15 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{bail, Context, Result};
-use cache::sim::{run_matrix, FileSource, Source};
+use cache::sim::{run_matrix_with_progress, FileSource, Progress, Source};
 use cache::{CostModel, PolicyConfig, PolicyKind, RunResult, SimConfig};
 use clap::Args;
-use clock::MonotonicClock;
+use clock::Clock;
 use control::parse_size;
+use indicatif::{HumanCount, ProgressBar};
 
 /// Options of `flexssd sim cache`.
 #[derive(Debug, Args)]
@@ -115,8 +117,25 @@ fn config(a: &CacheArgs) -> Result<SimConfig> {
     Ok(cfg)
 }
 
-/// Runs the cache simulation.
-pub fn run(a: &CacheArgs) -> Result<()> {
+/// The runs finished on the bar's position, the requests replayed (over all
+/// runs) in its message.
+struct Bar {
+    bar: ProgressBar,
+    requests: AtomicU64,
+}
+
+impl Progress for Bar {
+    fn requests(&self, n: u64) {
+        let total = self.requests.fetch_add(n, Ordering::Relaxed) + n;
+        self.bar.set_message(HumanCount(total).to_string());
+    }
+    fn job_done(&self) {
+        self.bar.inc(1);
+    }
+}
+
+/// Runs the cache simulation; `wall` times each run (`elapsed_s`).
+pub fn run(a: &CacheArgs, wall: &dyn Clock) -> Result<()> {
     let kinds = PolicyKind::parse_list(&a.policy)?;
     let sizes = parse_sizes(&a.cache_size)?;
     let cfg = config(a)?;
@@ -143,7 +162,18 @@ pub fn run(a: &CacheArgs) -> Result<()> {
         jobs.len(),
         threads.min(jobs.len())
     );
-    let results = run_matrix(&sources, &jobs, &cfg, threads, &MonotonicClock::new())?;
+    let progress = Bar {
+        bar: crate::progress::bar(
+            jobs.len() as u64,
+            "[{bar:20}] {pos}/{len} runs, {msg} requests replayed ({elapsed})",
+            a.json,
+        ),
+        requests: AtomicU64::new(0),
+    };
+    progress.bar.set_message("0");
+    let results = run_matrix_with_progress(&sources, &jobs, &cfg, threads, wall, &progress);
+    progress.bar.finish_and_clear();
+    let results = results?;
     if let Some(p) = &a.csv {
         std::fs::write(p, csv(&a.label, &results))
             .with_context(|| format!("write {}", p.display()))?;
@@ -386,13 +416,17 @@ mod tests {
             "--cache-size",
             "1M",
         ]);
-        let e = run(&a).unwrap_err().to_string();
+        let e = run(&a, &clock::VirtualClock::new(0))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unknown cache policy \"lfu\""), "{e}");
         let a = args(&["--trace", "disksim:/no/such", "--cache-size", "1M"]);
-        let e = run(&a).unwrap_err().to_string();
+        let e = run(&a, &clock::VirtualClock::new(0))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("/no/such"), "{e}");
         let a = args(&["--trace", &spec, "--policy", "grem", "--cache-size", "64K"]);
-        let e = format!("{:#}", run(&a).unwrap_err());
+        let e = format!("{:#}", run(&a, &clock::VirtualClock::new(0)).unwrap_err());
         assert!(e.contains("too small"), "{e}");
     }
 
@@ -425,7 +459,7 @@ mod tests {
             "--label",
             "mix",
         ]);
-        run(&a).unwrap();
+        run(&a, &clock::VirtualClock::new(0)).unwrap();
         let text = std::fs::read_to_string(&csv_path).unwrap();
         // 2 policies x 2 sizes x (2 tenants + total) rows + header.
         assert_eq!(text.lines().count(), 1 + 2 * 2 * 3);
@@ -447,7 +481,7 @@ mod tests {
             "--cost-config",
             bad.to_str().unwrap(),
         ]);
-        let e = format!("{:#}", run(&a).unwrap_err());
+        let e = format!("{:#}", run(&a, &clock::VirtualClock::new(0)).unwrap_err());
         assert!(e.contains("floppy_us") && e.contains("bad.toml"), "{e}");
     }
 }

@@ -25,7 +25,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use clock::{Nanos, SEC};
-use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use predict::readers::{read_blockflex, read_cloudphysics};
 use predict::{level_of, over_provision, DurationPredictor, LevelPredictor, PredictorConfig};
@@ -243,6 +242,7 @@ fn evaluate(
     s: &Series,
     ratios: &[f64],
     seed: u64,
+    tick: &dyn Fn(),
 ) -> Result<Vec<Vec<Vec<Tally>>>> {
     let m = match s.kind {
         Kind::Bandwidth => &cfg.bandwidth,
@@ -276,6 +276,7 @@ fn evaluate(
     // `k` is the window number: it times the step and indexes several series.
     #[allow(clippy::needless_range_loop)]
     for k in 0..n {
+        tick();
         let now = k as Nanos * step;
         // Level: predict window k from windows < k, then observe it.
         if k > 0 {
@@ -402,14 +403,15 @@ pub fn run(a: &PredictArgs) -> Result<()> {
     for (k, p) in &files {
         series.extend(load(k, p, cfg.levels)?);
     }
-    let pb = ProgressBar::new(series.len() as u64);
-    pb.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} series {elapsed} {msg}")
-            .expect("template"),
+    // Progress in windows (every series' time steps), so the bar moves while
+    // the long series run and not only when one finishes.
+    let windows: usize = series.iter().map(|s| s.levels.len()).sum();
+    let pb = crate::progress::bar(
+        windows as u64,
+        "[{bar:40}] {pos}/{len} windows of {msg} series ({elapsed}, {eta} left)",
+        a.json,
     );
-    if series.len() < 4 {
-        pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
+    pb.set_message(series.len().to_string());
     // Longest series first, handed out to one worker per core.
     let mut order: Vec<usize> = (0..series.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(series[i].levels.len()));
@@ -429,11 +431,10 @@ pub fn run(a: &PredictArgs) -> Result<()> {
                             return Ok(());
                         };
                         let s = &series[si];
-                        let t =
-                            evaluate(&cfg, s, &a.ratios, cfg.seed.wrapping_add(si as u64 * 1000))
-                                .with_context(|| format!("{} ({:?})", s.name, s.kind))?;
+                        let seed = cfg.seed.wrapping_add(si as u64 * 1000);
+                        let t = evaluate(&cfg, s, &a.ratios, seed, &|| pb.inc(1))
+                            .with_context(|| format!("{} ({:?})", s.name, s.kind))?;
                         done.lock().expect("no panics")[si] = Some(rows_of(s, &t, &a.ratios));
-                        pb.inc(1);
                     }
                 })
             })

@@ -444,7 +444,7 @@ pub fn run_one(
 ) -> Result<RunResult, CacheError> {
     cfg.validate()?;
     let sc = scales(sources, cfg)?;
-    run_scaled(sources, &sc, kind, cache_bytes, cfg)
+    run_scaled(sources, &sc, kind, cache_bytes, cfg, &())
 }
 
 fn run_scaled(
@@ -453,6 +453,7 @@ fn run_scaled(
     kind: PolicyKind,
     cache_bytes: u64,
     cfg: &SimConfig,
+    progress: &dyn Progress,
 ) -> Result<RunResult, CacheError> {
     let merge = Merge::open(sources, scales)?;
     kind.visit(
@@ -462,6 +463,7 @@ fn run_scaled(
             merge,
             cfg,
             cache_bytes,
+            progress,
         },
     )?
 }
@@ -470,12 +472,19 @@ struct Replay<'a> {
     merge: Merge,
     cfg: &'a SimConfig,
     cache_bytes: u64,
+    progress: &'a dyn Progress,
 }
 
 impl PolicyVisitor for Replay<'_> {
     type Output = Result<RunResult, CacheError>;
     fn visit<P: CachePolicy + 'static>(self, policy: P) -> Self::Output {
-        replay(policy, self.merge, self.cfg, self.cache_bytes)
+        replay(
+            policy,
+            self.merge,
+            self.cfg,
+            self.cache_bytes,
+            self.progress,
+        )
     }
 }
 
@@ -510,6 +519,7 @@ fn replay<P: CachePolicy>(
     mut merge: Merge,
     cfg: &SimConfig,
     cache_bytes: u64,
+    progress: &dyn Progress,
 ) -> Result<RunResult, CacheError> {
     let line_blocks = p.line_blocks();
     let shift = line_blocks.trailing_zeros();
@@ -532,6 +542,8 @@ fn replay<P: CachePolicy>(
         Key::from_raw((u64::from(space) << LINE_BITS) | ((r.offset / BLOCK_BYTES) & MAX_LINE))
     };
     let mut exhausted = false;
+    // Requests replayed since the last progress report.
+    let mut unreported = 0u64;
     loop {
         while !exhausted && ahead.len() < AHEAD {
             match merge.next()? {
@@ -545,6 +557,11 @@ fn replay<P: CachePolicy>(
         let Some((tenant, space, r)) = ahead.pop_front() else {
             break;
         };
+        unreported += 1;
+        if unreported == PROGRESS_BATCH {
+            progress.requests(unreported);
+            unreported = 0;
+        }
         if let Some(x) = ahead.get(AHEAD / 2 - 1) {
             p.prefetch(first_block(x.1, &x.2), 1);
         }
@@ -627,6 +644,7 @@ fn replay<P: CachePolicy>(
             }
         }
     }
+    progress.requests(unreported);
     let mut total = TenantResult {
         name: "total".into(),
         ..TenantResult::default()
@@ -688,6 +706,24 @@ pub fn for_each_block(
     Ok(())
 }
 
+/// Requests a run replays between two [`Progress::requests`] reports.
+pub const PROGRESS_BATCH: u64 = 1 << 16;
+
+/// Where [`run_matrix_with_progress`] reports how far it is, from its worker
+/// threads (for a progress bar; `()` reports nowhere).
+pub trait Progress: Sync {
+    /// `n` more requests were replayed, in batches of [`PROGRESS_BATCH`]
+    /// (and the rest at the end of each run).
+    fn requests(&self, n: u64);
+    /// One `(policy, cache size)` job finished.
+    fn job_done(&self);
+}
+
+impl Progress for () {
+    fn requests(&self, _: u64) {}
+    fn job_done(&self) {}
+}
+
 /// Runs every `(policy, cache size)` job on up to `threads` threads, each
 /// job streaming the traces itself. Results come back in job order, each
 /// with its wall time measured on `clock`. Stops at the first error.
@@ -697,6 +733,19 @@ pub fn run_matrix(
     cfg: &SimConfig,
     threads: usize,
     clock: &dyn Clock,
+) -> Result<Vec<RunResult>, CacheError> {
+    run_matrix_with_progress(sources, jobs, cfg, threads, clock, &())
+}
+
+/// [`run_matrix`], reporting replayed requests and finished jobs to
+/// `progress` as it goes.
+pub fn run_matrix_with_progress(
+    sources: &[Box<dyn Source>],
+    jobs: &[(PolicyKind, u64)],
+    cfg: &SimConfig,
+    threads: usize,
+    clock: &dyn Clock,
+    progress: &dyn Progress,
 ) -> Result<Vec<RunResult>, CacheError> {
     cfg.validate()?;
     if jobs.is_empty() {
@@ -720,10 +769,11 @@ pub fn run_matrix(
                 }
                 let (kind, bytes) = jobs[j];
                 let t0 = clock.now();
-                let r = run_scaled(sources, &sc, kind, bytes, cfg).map(|mut r| {
+                let r = run_scaled(sources, &sc, kind, bytes, cfg, progress).map(|mut r| {
                     r.elapsed_ns = Some(clock.now().saturating_sub(t0));
                     r
                 });
+                progress.job_done();
                 let failed = r.is_err();
                 results.lock().expect("results lock")[j] = Some(r);
                 if failed {
@@ -896,6 +946,36 @@ mod tests {
         let e = run_matrix(&s, &[(PolicyKind::Grem, 4096)], &cfg, 2, &clock).unwrap_err();
         assert!(e.to_string().contains("too small"), "{e}");
         assert!(run_matrix(&[], &jobs, &cfg, 1, &clock).is_err());
+    }
+
+    #[test]
+    fn progress_counts_every_request_of_every_job() {
+        use std::sync::atomic::AtomicU64;
+        #[derive(Default)]
+        struct Count {
+            requests: AtomicU64,
+            jobs: AtomicU64,
+        }
+        impl Progress for Count {
+            fn requests(&self, n: u64) {
+                self.requests.fetch_add(n, Ordering::Relaxed);
+            }
+            fn job_done(&self) {
+                self.jobs.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let n = PROGRESS_BATCH + 123;
+        let reqs: Vec<Request> = (0..n)
+            .map(|i| req(i * 1_000, 0, Op::Read, (i % 4099) * 4096, 4096))
+            .collect();
+        let s = vec![src("a", reqs)];
+        let jobs = [(PolicyKind::Glru, 64 << 10), (PolicyKind::Arc, 64 << 10)];
+        let c = Count::default();
+        let cfg = SimConfig::default();
+        let r = run_matrix_with_progress(&s, &jobs, &cfg, 2, &VirtualClock::new(0), &c).unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!(c.requests.into_inner(), 2 * n);
+        assert_eq!(c.jobs.into_inner(), 2);
     }
 
     #[test]
