@@ -91,15 +91,8 @@ fn req(name: &str, tenant: &str, mib: u64, bw: u32, secs: u64) -> HarvestRequest
 }
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut r = rng::SplitMix64::new(seed);
+    (0..len).map(|_| r.next_u64() as u8).collect()
 }
 
 fn export(m: &HostManager, name: &str) -> Arc<dyn BlockDev> {
