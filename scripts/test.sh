@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs the real NBD clients and file-system tools the
-# black-box tests drive (when run as root and they are missing), then runs every
-# test of the workspace. Tests that still lack a tool, root, a loop device or FUSE
-# say why they skip.
+# black-box tests drive (when run as root and they are missing), runs clippy
+# with warnings as errors, then runs every test of the workspace. Tests that
+# still lack a tool, root, a loop device or FUSE say why they skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,5 +28,7 @@ if ((${#missing[@]})); then
 fi
 
 export RUST_BACKTRACE=1
+# Lints first (the workspace's [workspace.lints] in Cargo.toml; same as `make lint`).
+cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo build --workspace --all-targets --quiet
 cargo test --workspace --no-fail-fast "$@"

@@ -2,11 +2,15 @@
 //! sequence (no trace parsing): `cargo bench -p cache`. The end-to-end
 //! comparison with libCacheSim, parsing included, is `scripts/bench-cache.sh`.
 
+// `criterion_group!` defines an undocumented public function.
+#![allow(missing_docs)]
+
 use cache::{Access, Events, Key, PolicyConfig, PolicyKind};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use rng::SplitMix64;
 
-/// Deterministic Zipf(alpha) sample over `n` objects (inverse CDF on a
-/// xorshift generator), with object ids scattered by a multiplicative hash.
+/// Deterministic Zipf(alpha) sample over `n` objects (inverse CDF on the
+/// workspace's seeded generator), with object ids scattered by a multiplicative hash.
 fn zipf(len: usize, n: usize, alpha: f64) -> Vec<u64> {
     let mut cdf = Vec::with_capacity(n);
     let mut acc = 0.0;
@@ -14,13 +18,10 @@ fn zipf(len: usize, n: usize, alpha: f64) -> Vec<u64> {
         acc += (k as f64).powf(-alpha);
         cdf.push(acc);
     }
-    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut r = SplitMix64::new(0x2545_F491_4F6C_DD1D);
     (0..len)
         .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let u = (x >> 11) as f64 / (1u64 << 53) as f64 * acc;
+            let u = r.next_f64() * acc;
             let rank = cdf.partition_point(|&c| c < u).min(n - 1) as u64;
             rank.wrapping_mul(0x9E37_79B9_7F4A_7C15) % (n as u64 * 4)
         })

@@ -27,8 +27,6 @@
 //! simulator is [`sim`]; the workload characterisation of the paper's Table I
 //! is [`characterise`].
 
-#![warn(missing_docs)]
-
 mod bins;
 pub mod characterise;
 pub mod cost;

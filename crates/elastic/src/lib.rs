@@ -11,8 +11,6 @@
 //! used-space trace on a virtual clock ([`sim`], `flexssd sim elastic`), and what
 //! makes the tests deterministic.
 
-#![warn(missing_docs)]
-
 pub mod config;
 pub mod controller;
 pub mod metrics;

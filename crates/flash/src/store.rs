@@ -44,6 +44,7 @@ pub(crate) struct Store {
 // any one block under that block's channel lock, so no two threads touch the same
 // bytes at once.
 unsafe impl Send for Store {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for Store {}
 
 fn round_up(x: usize, a: usize) -> usize {
@@ -213,12 +214,13 @@ impl Store {
         let first = self.geo.first_page(b);
         let bytes = self.geo.block_bytes() as usize;
         let start = first as usize * self.geo.page_size as usize;
-        // SAFETY (all three blocks): in-bounds ranges of our own mappings, under the
-        // block's channel lock.
+        // All three unsafe blocks below write in-bounds ranges of our own mappings
+        // (or punch a hole in our own file), under the block's channel lock.
         let page_aligned = start.is_multiple_of(4096) && bytes.is_multiple_of(4096);
         match (&self.data_file, page_aligned) {
             (Some(f), true) => {
                 use std::os::fd::AsRawFd;
+                // SAFETY: a hole in our own file, in bounds, under the channel lock.
                 let r = unsafe {
                     libc::fallocate(
                         f.as_raw_fd(),
@@ -229,9 +231,11 @@ impl Store {
                 };
                 if r != 0 {
                     // File systems without hole punching: write zeros instead.
+                    // SAFETY: in-bounds range of our own mapping, under the channel lock.
                     unsafe { std::ptr::write_bytes(self.data.as_mut_ptr().add(start), 0, bytes) };
                 }
             }
+            // SAFETY: in-bounds range of our own mapping, under the channel lock.
             (Some(_), false) => unsafe {
                 std::ptr::write_bytes(self.data.as_mut_ptr().add(start), 0, bytes)
             },
@@ -245,6 +249,8 @@ impl Store {
             (None, _) => {}
         }
         let off = self.oob_off + first as usize * OOB_SIZE;
+        // SAFETY: the block's OOB records lie inside the metadata mapping (see
+        // `meta_len`), under the channel lock.
         unsafe { std::ptr::write_bytes(self.meta.as_mut_ptr().add(off), 0, ppb * OOB_SIZE) };
         self.set_erase_count(b, self.erase_count(b).saturating_add(1));
         Ok(())

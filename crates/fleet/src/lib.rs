@@ -26,8 +26,6 @@
 //! Deterministic: every random draw comes from `rng::SplitMix64` streams
 //! derived from the seed, and time is the virtual clock only.
 
-#![warn(missing_docs)]
-
 use std::path::PathBuf;
 
 pub mod gen;

@@ -3,6 +3,9 @@
 //!
 //! `cargo bench -p gvol --bench gvol -- --warm-up-time 1 --measurement-time 3`
 
+// `criterion_group!` defines an undocumented public function.
+#![allow(missing_docs)]
+
 use std::sync::Arc;
 
 use blockdev::{BlockDev, MemDev};
@@ -16,14 +19,11 @@ const BLK: usize = 4096;
 
 fn filled(size: u64) -> Arc<dyn BlockDev> {
     let d = MemDev::new(size);
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut r = SplitMix64::new(1);
     let mut buf = vec![0u8; MIB as usize];
     for off in (0..size).step_by(MIB as usize) {
         for w in buf.chunks_exact_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            w.copy_from_slice(&x.to_le_bytes());
+            w.copy_from_slice(&r.next_u64().to_le_bytes());
         }
         d.write(off, &buf, false).unwrap();
     }

@@ -145,8 +145,6 @@
 //! with 256 KiB–4 MiB chunks (the low end when the destination's pages are
 //! first touched): the copy is bounded by the gSSDs, not by this layer.
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

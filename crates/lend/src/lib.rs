@@ -24,8 +24,6 @@
 //! The fleet simulator adds its own baselines (an oracle, last window, the
 //! fleet-wide histogram) as implementations of the same trait.
 
-#![warn(missing_docs)]
-
 use clock::Nanos;
 
 mod fixed;

@@ -49,7 +49,6 @@
 //! assert_eq!(all[0], pr);
 //! # Ok::<(), predict::PredictError>(())
 //! ```
-#![warn(missing_docs)]
 
 mod config;
 mod duration;

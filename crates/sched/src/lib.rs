@@ -38,8 +38,6 @@
 //!
 //! No wall clock: time comes from the injected [`Clock`].
 
-#![warn(missing_docs)]
-
 mod region;
 
 use std::collections::{BTreeMap, VecDeque};

@@ -52,8 +52,6 @@
 //! pure: no I/O, no clocks, and randomness only from an explicit seed
 //! ([`rng::SplitMix64`], from the workspace's `rng` crate).
 
-#![warn(missing_docs)]
-
 pub mod catalog;
 pub mod experiment;
 pub mod placement;

@@ -24,8 +24,6 @@
 //! latest completion among the device operations it did, like every flexssd
 //! device; no wall clock is read.
 
-#![warn(missing_docs)]
-
 mod backing;
 mod cache_tier;
 

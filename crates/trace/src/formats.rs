@@ -8,6 +8,7 @@ use crate::{LineError, Op, Request, SECTOR};
 /// Parses one non-blank, non-comment, trimmed line. `Ok(None)` skips the
 /// line (a header, or a record that is not a read or write request).
 pub trait LineParser {
+    /// Parses `line` into a request, `Ok(None)` to skip it.
     fn parse_line(&mut self, line: &str) -> Result<Option<Request>, LineError>;
 }
 
@@ -357,23 +358,20 @@ pub struct FioIolog {
 
 impl LineParser for FioIolog {
     fn parse_line(&mut self, line: &str) -> Result<Option<Request>, LineError> {
-        let version = match self.version {
-            Some(v) => v,
-            None => {
-                let norm: Vec<&str> = line.split_whitespace().collect();
-                let v = match norm.as_slice() {
-                    ["fio", "version", "2", "iolog"] => 2,
-                    ["fio", "version", "3", "iolog"] => 3,
-                    _ => {
-                        return Err(LineError::BadHeader {
-                            expected: "fio version 2 iolog | fio version 3 iolog".to_string(),
-                            found: line.to_string(),
-                        })
-                    }
-                };
-                self.version = Some(v);
-                return Ok(None);
-            }
+        let Some(version) = self.version else {
+            let norm: Vec<&str> = line.split_whitespace().collect();
+            let v = match norm.as_slice() {
+                ["fio", "version", "2", "iolog"] => 2,
+                ["fio", "version", "3", "iolog"] => 3,
+                _ => {
+                    return Err(LineError::BadHeader {
+                        expected: "fio version 2 iolog | fio version 3 iolog".to_string(),
+                        found: line.to_string(),
+                    })
+                }
+            };
+            self.version = Some(v);
+            return Ok(None);
         };
         let (f, n) = ws_fields::<5>(line);
         let (time_ns, rest, n) = if version == 3 {

@@ -41,7 +41,9 @@ pub const SECTOR: u64 = 512;
 /// Direction of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
+    /// A read.
     Read,
+    /// A write.
     Write,
 }
 
@@ -52,6 +54,7 @@ pub struct Request {
     pub time_ns: u64,
     /// Device / LUN / volume id; 0 where the format has none.
     pub volume: u32,
+    /// Read or write.
     pub op: Op,
     /// Byte offset.
     pub offset: u64,
@@ -62,18 +65,53 @@ pub struct Request {
 /// What is wrong with one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LineError {
+    /// The line has the wrong number of columns.
     #[error("expected {expected} columns, found {found}")]
-    ColumnCount { expected: String, found: usize },
+    ColumnCount {
+        /// The column counts the format allows (e.g. "3 or 5").
+        expected: String,
+        /// The columns the line has.
+        found: usize,
+    },
+    /// A numeric column does not parse.
     #[error("unparsable {field} {value:?}")]
-    BadNumber { field: &'static str, value: String },
+    BadNumber {
+        /// The column's name.
+        field: &'static str,
+        /// Its text.
+        value: String,
+    },
+    /// A column that must not be negative is.
     #[error("negative {field} {value:?}")]
-    Negative { field: &'static str, value: String },
+    Negative {
+        /// The column's name.
+        field: &'static str,
+        /// Its text.
+        value: String,
+    },
+    /// A number does not fit (or a computed byte address would not).
     #[error("{field} {value:?} overflows")]
-    Overflow { field: &'static str, value: String },
+    Overflow {
+        /// The column's name.
+        field: &'static str,
+        /// Its text.
+        value: String,
+    },
+    /// The operation column is neither a read nor a write the format knows.
     #[error("unknown op code {value:?}")]
-    UnknownOp { value: String },
+    UnknownOp {
+        /// The op column's text.
+        value: String,
+    },
+    /// The file's header line is not the one the format requires.
     #[error("bad header {found:?}, expected {expected:?}")]
-    BadHeader { expected: String, found: String },
+    BadHeader {
+        /// The header(s) the format accepts.
+        expected: String,
+        /// The line found instead.
+        found: String,
+    },
+    /// Anything else wrong with the line, described.
     #[error("{0}")]
     Other(String),
 }
@@ -82,27 +120,44 @@ pub enum LineError {
 /// the 1-based line number.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
+    /// A line does not parse.
     #[error("{src}:{line}: {kind}")]
     Line {
+        /// The trace (its path).
         src: String,
+        /// The 1-based line number.
         line: u64,
+        /// What is wrong with the line.
         kind: LineError,
     },
+    /// Reading the trace failed.
     #[error("{src}:{line}: I/O error: {err}")]
     Io {
+        /// The trace (its path).
         src: String,
+        /// The 1-based number of the line being read.
         line: u64,
+        /// The I/O error.
         #[source]
         err: std::io::Error,
     },
+    /// The trace cannot be opened.
     #[error("{src}: cannot open: {err}")]
     Open {
+        /// The trace (its path).
         src: String,
+        /// The I/O error.
         #[source]
         err: std::io::Error,
     },
+    /// A `FORMAT:PATH` spec is malformed or names an unknown format.
     #[error("bad trace spec {spec:?}: {reason}")]
-    Spec { spec: String, reason: String },
+    Spec {
+        /// The spec as given.
+        spec: String,
+        /// Why it is rejected.
+        reason: String,
+    },
 }
 
 impl TraceError {
@@ -126,12 +181,19 @@ impl TraceError {
 /// The trace formats this crate reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Format {
+    /// MSR Cambridge (`msr`): Windows filetime, bytes, disk number.
     Msr,
+    /// Tencent cloud block storage (`tencent`): seconds, 512-byte sectors.
     Tencent,
+    /// SYSTOR '17 (`systor`): decimal seconds, bytes, LUN.
     Systor,
+    /// CloudPhysics (`cloudphysics`): seconds, sectors and bytes, one volume.
     CloudPhysics,
+    /// DiskSim / MQSim ASCII (`disksim`): nanoseconds, 512-byte sectors.
     DiskSim,
+    /// fio's `write_iolog` output (versions 2 and 3).
     FioIolog,
+    /// `blkparse` default text output.
     Blkparse,
     /// UMass Trace Repository SPC CSV.
     Umass,
@@ -140,6 +202,7 @@ pub enum Format {
 }
 
 impl Format {
+    /// Every format, in the order the documentation lists them.
     pub const ALL: [Format; 9] = [
         Format::Msr,
         Format::Tencent,
@@ -325,18 +388,25 @@ pub fn open_spec(spec: &str) -> Result<BoxedTrace, TraceError> {
 /// Summary of a trace.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TraceStats {
+    /// Read and write requests.
     pub requests: u64,
+    /// Read requests.
     pub reads: u64,
+    /// Write requests.
     pub writes: u64,
+    /// Bytes read.
     pub bytes_read: u64,
+    /// Bytes written.
     pub bytes_written: u64,
     /// Number of distinct volume ids.
     pub volumes: usize,
-    /// Time of the first and last request in file order.
+    /// Time of the first request in file order.
     pub first_time_ns: Option<u64>,
+    /// Time of the last request in file order.
     pub last_time_ns: Option<u64>,
-    /// Smallest and largest time seen (traces are not always sorted).
+    /// Smallest time seen (traces are not always sorted).
     pub min_time_ns: Option<u64>,
+    /// Largest time seen.
     pub max_time_ns: Option<u64>,
 }
 

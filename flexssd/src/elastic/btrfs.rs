@@ -448,6 +448,7 @@ impl Volume for BtrfsVolume {
             .map_err(|e| elastic::Error::Volume(e.to_string()))?;
         // SAFETY: statvfs fills the zeroed struct; c is a valid C string.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; st outlives the call.
         if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
             return Err(elastic::Error::Volume(format!(
                 "statvfs {}: {}",
