@@ -1,6 +1,9 @@
 //! FTL data-path cost per 4 KiB operation on the memory backend (fast mode: the
 //! modelled completion time is computed and ignored), including GC once the
-//! vSSD is full. `cargo bench -p ftl`.
+//! vSSD is full. `cargo bench -p ftl --bench ftl`.
+
+// `criterion_group!` defines an undocumented public function.
+#![allow(missing_docs)]
 
 use std::sync::Arc;
 
