@@ -14,6 +14,9 @@
 //! is wall time over the iterations each thread did, i.e. the latency one caller
 //! sees while another one competes for the pool.
 
+// `criterion_group!` defines an undocumented public function.
+#![allow(missing_docs)]
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
