@@ -109,6 +109,10 @@ pub struct HostManager {
     /// period, harvest volumes); held across erases and store writes, never
     /// taken by reads or NBD handshakes.
     lifecycle: Mutex<()>,
+    /// Serialises the harvester's periods (the background tick and
+    /// `POST /v1/harvest/tick`), so that a period's lending, under the
+    /// lifecycle lock, never waits for another period's training.
+    harvest_period: Mutex<()>,
     /// Devices, vSSDs, units and tiers; guards map updates only.
     state: RwLock<State>,
     /// What NBD clients can open; its own lock, so a handshake waits for
@@ -255,6 +259,7 @@ impl HostManager {
             store,
             ckpt,
             lifecycle: Mutex::new(()),
+            harvest_period: Mutex::new(()),
             state: RwLock::new(State {
                 devices: entries,
                 vssds: BTreeMap::new(),
@@ -508,14 +513,26 @@ impl HostManager {
                 self.harvester.reclaim_unsold(self, &device, want)?;
                 self.place(spec)?
             }
-            Err(ControlError::Overlap { other, .. })
-                if self.harvester.enabled() && self.state.read().is_ghost(&other) =>
-            {
-                self.harvester.reclaim_ghost(
+            // The channels may be a gSSD's: the harvester decides, and gives
+            // them back if so.
+            Err(ControlError::Overlap {
+                other,
+                channel,
+                ours,
+                theirs,
+            }) if self.harvester.enabled() => {
+                if !self.harvester.reclaim_ghost(
                     self,
                     &other,
                     "a regular vSSD asked for its channels",
-                )?;
+                )? {
+                    return Err(ControlError::Overlap {
+                        other,
+                        channel,
+                        ours,
+                        theirs,
+                    });
+                }
                 self.place(spec)?
             }
             other => other?,
@@ -595,15 +612,7 @@ impl HostManager {
         if self.state.read().is_ghost(name) {
             return Err(ControlError::IsGssd(name.into()));
         }
-        if self
-            .state
-            .read()
-            .vssds
-            .values()
-            .any(|e| matches!(e.rec.kind, crate::store::TenantKind::Ghost(_)))
-        {
-            self.harvester.reclaim_home(self, name)?;
-        }
+        self.harvester.reclaim_home(self, name)?;
         if let Some(v) = self.harvester.volumes_of(name).into_iter().next() {
             return Err(ControlError::HasHarvestVolumes {
                 tenant: name.into(),

@@ -168,10 +168,12 @@ pub trait ReclaimHook: Send + Sync {
     fn enabled(&self) -> bool;
     /// Takes back unsold-channel gSSDs of `device` until `want` channels are free.
     fn reclaim_unsold(&self, host: &dyn HarvestHost, device: &str, want: u32) -> Result<()>;
-    /// Takes back the gSSD whose vSSD is `ghost`, because `why`.
-    fn reclaim_ghost(&self, host: &dyn HarvestHost, ghost: &str, why: &str) -> Result<()>;
-    /// Takes back every gSSD `home` lent (before it is deleted); refuses with
-    /// the eviction deadline while a volume still has to move off.
+    /// Takes back the gSSD whose vSSD is `ghost`, because `why`. `Ok(false)`:
+    /// `ghost` is not one of the harvester's gSSDs, and nothing was done.
+    fn reclaim_ghost(&self, host: &dyn HarvestHost, ghost: &str, why: &str) -> Result<bool>;
+    /// Takes back every gSSD `home` lent (before it is deleted; a no-op for a
+    /// vSSD that lent nothing); refuses with the eviction deadline while a
+    /// volume still has to move off.
     fn reclaim_home(&self, host: &dyn HarvestHost, home: &str) -> Result<()>;
     /// The harvest volumes of a harvest tenant.
     fn volumes_of(&self, tenant: &str) -> Vec<String>;

@@ -201,38 +201,46 @@ impl Harvester {
             .collect();
         let devices = host.devices();
         for id in due {
-            let rec = {
-                let mut st = self.lock();
-                match st.volume_of_gssd(id) {
-                    Some(vname) => {
-                        let v = st.volumes.get_mut(&vname).expect("found");
-                        let offsets: Vec<u64> = v
-                            .rec
-                            .segments
-                            .iter()
-                            .filter(|s| s.gssd == id)
-                            .map(|s| s.offset)
-                            .collect();
-                        for o in offsets {
-                            v.vol.detach(o)?;
-                        }
-                        v.rec.segments.retain(|s| s.gssd != id);
-                        let rec = v.rec.clone();
-                        self.refresh_gate(&st, &devices, &vname);
-                        self.event(
-                            &mut st,
-                            HarvestEventKind::EvictionDone,
-                            Some(id),
-                            Some(&vname),
-                            None,
-                            format!(
-                                "deadline passed: gSSD {id}'s range detached from volume {vname}"
-                            ),
-                        );
-                        Some(rec)
+            // Detaching waits for the volume's requests in flight on that range,
+            // so it runs with the map lock released: take the volume out, detach,
+            // then put the outcome back. Flash-changing operations are serialised
+            // by the host's lifecycle lock, so the volume cannot change meanwhile.
+            let found = {
+                let st = self.lock();
+                st.volume_of_gssd(id).map(|vname| {
+                    let v = &st.volumes[&vname];
+                    let offsets: Vec<u64> = v
+                        .rec
+                        .segments
+                        .iter()
+                        .filter(|s| s.gssd == id)
+                        .map(|s| s.offset)
+                        .collect();
+                    (vname, v.vol.clone(), offsets)
+                })
+            };
+            let rec = match found {
+                Some((vname, vol, offsets)) => {
+                    for o in offsets {
+                        vol.detach(o)?;
                     }
-                    None => None,
+                    let mut st = self.lock();
+                    let rec = st.volumes.get_mut(&vname).map(|v| {
+                        v.rec.segments.retain(|s| s.gssd != id);
+                        v.rec.clone()
+                    });
+                    self.refresh_gate(&st, &devices, &vname);
+                    self.event(
+                        &mut st,
+                        HarvestEventKind::EvictionDone,
+                        Some(id),
+                        Some(&vname),
+                        None,
+                        format!("deadline passed: gSSD {id}'s range detached from volume {vname}"),
+                    );
+                    rec
                 }
+                None => None,
             };
             if let Some(rec) = rec {
                 self.store.put_harvest_volume(&rec)?;
@@ -302,22 +310,27 @@ impl Harvester {
         why: &str,
     ) -> Result<()> {
         let devices = host.devices();
-        let mut st = self.lock();
-        let to_dev: Arc<dyn BlockDev> = st.gssds[&to].vssd.clone();
-        let v = &st.volumes[vname];
-        let seg = v
-            .rec
-            .segments
-            .iter()
-            .find(|s| s.gssd == from)
-            .cloned()
-            .expect("the volume uses the gSSD");
+        let (vol, seg, to_dev) = {
+            let st = self.lock();
+            let to_dev: Arc<dyn BlockDev> = st.gssds[&to].vssd.clone();
+            let v = &st.volumes[vname];
+            let seg = v
+                .rec
+                .segments
+                .iter()
+                .find(|s| s.gssd == from)
+                .cloned()
+                .expect("the volume uses the gSSD");
+            (v.vol.clone(), seg, to_dev)
+        };
         let opts = MigrateOptions {
             chunk_bytes: self.settings.migrate_chunk_bytes,
             deadline: None,
         };
-        // Starting a migration spawns its copier and returns: no I/O here.
-        let handle = v.vol.migrate_with(seg.offset, to, to_dev, 0, opts)?;
+        // Starting a migration takes the volume's map lock (it waits for requests
+        // in flight on the range) and spawns the copier: not under ours.
+        let handle = vol.migrate_with(seg.offset, to, to_dev, 0, opts)?;
+        let mut st = self.lock();
         st.gssds.get_mut(&from).expect("gssd").out = Some(Outgoing::Migrating);
         st.migrations.push(MigrationRt {
             volume: vname.to_string(),
@@ -461,16 +474,19 @@ impl ReclaimHook for Harvester {
         self.reclaim_now(host, take, "a regular vSSD needs the unsold channels")
     }
 
-    fn reclaim_ghost(&self, host: &dyn HarvestHost, ghost: &str, why: &str) -> Result<()> {
+    fn reclaim_ghost(&self, host: &dyn HarvestHost, ghost: &str, why: &str) -> Result<bool> {
         let id = self
             .lock()
             .gssds
             .iter()
             .find(|(_, g)| g.name == ghost)
             .map(|(&id, _)| id);
-        let ids: Vec<GssdId> = id.into_iter().collect();
-        self.sold(&ids);
-        self.reclaim_now(host, ids, why)
+        let Some(id) = id else {
+            return Ok(false);
+        };
+        self.sold(&[id]);
+        self.reclaim_now(host, vec![id], why)?;
+        Ok(true)
     }
 
     fn reclaim_home(&self, host: &dyn HarvestHost, home: &str) -> Result<()> {

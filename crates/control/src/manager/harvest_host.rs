@@ -199,6 +199,9 @@ impl HostManager {
         if !self.harvester.settings().enabled {
             return Ok(0);
         }
+        // One period at a time: training (in `observe`) holds the policy's
+        // lock, which lending needs under the lifecycle lock.
+        let _period = self.harvest_period.lock();
         self.harvester.observe(self)?;
         let _g = self.lifecycle.lock();
         self.harvester.tick(self)
