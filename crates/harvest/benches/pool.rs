@@ -26,30 +26,19 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use harvest::{
     Demand, Gssd, HarvestConfig, MutexPool, ReclaimAction, RwPool, ShardedPool, SharedPool,
 };
+use rng::SplitMix64;
 
 const N: u64 = 10_000;
 const MIN30: Nanos = 1800 * SEC;
 
-/// A tiny deterministic generator (xorshift), so that both schemes see the same
-/// pool and the same demands.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// 10,000 gSSDs over the paper's device shapes: 1–64 chunks, 1–16 channels,
-/// 30 min to 48 h.
+/// 30 min to 48 h. Seeded, so that every scheme sees the same pool.
 fn fill(p: &dyn SharedPool, cfg: &HarvestConfig) {
-    let mut r = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut r = SplitMix64::new(0x9E37_79B9_7F4A_7C15);
     for id in 0..N {
-        let chunks = 1 + r.next() % 64;
-        let bw = 1 + (r.next() % 16) as u32;
-        let halves = 1 + r.next() % 96;
+        let chunks = 1 + r.below(64) as u64;
+        let bw = 1 + r.below(16) as u32;
+        let halves = 1 + r.below(96) as u64;
         let g = Gssd::new(
             cfg,
             id,
@@ -64,13 +53,14 @@ fn fill(p: &dyn SharedPool, cfg: &HarvestConfig) {
     }
 }
 
+/// 1,024 seeded demands, the same for every scheme.
 fn demands(cfg: &HarvestConfig) -> Vec<Demand> {
-    let mut r = Rng(42);
+    let mut r = SplitMix64::new(42);
     (0..1024)
         .map(|_| Demand {
-            capacity: (1 + r.next() % 48) * cfg.chunk_blocks,
-            bandwidth: 1 + (r.next() % 12) as u32,
-            duration: (1 + r.next() % 64) * MIN30,
+            capacity: (1 + r.below(48) as u64) * cfg.chunk_blocks,
+            bandwidth: 1 + r.below(12) as u32,
+            duration: (1 + r.below(64) as u64) * MIN30,
         })
         .collect()
 }
