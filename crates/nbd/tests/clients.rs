@@ -10,6 +10,7 @@ use std::time::Duration;
 use blockdev::{BlockDev, IoResult, MemDev};
 use clock::{Clock, MonotonicClock};
 use nbd::{Export, MapRegistry, Server, ServerConfig};
+use rng::SplitMix64;
 
 /// A server running on its own tokio runtime in a background thread.
 struct TestServer {
@@ -107,6 +108,7 @@ fn mem(name: &str, size: u64) -> (Export, Arc<MemDev>) {
         dev: dev.clone(),
         pace: None,
         gate: None,
+        owner: None,
     };
     (e, dev)
 }
@@ -157,17 +159,16 @@ fn paced(name: &str, size: u64) -> Export {
         }),
         pace: Some(clock),
         gate: None,
+        owner: None,
     }
 }
 
-/// Deterministic pseudo-random bytes (xorshift), with some zero runs.
+/// Deterministic pseudo-random bytes (seeded SplitMix64), with some zero runs.
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
+    let mut r = SplitMix64::new(seed);
     let mut v = Vec::with_capacity(len);
     while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = r.next_u64();
         if x.is_multiple_of(17) {
             v.extend(std::iter::repeat_n(0, 70_000));
         } else {
