@@ -8,6 +8,7 @@ use std::sync::Arc;
 use blockdev::{BlockDev, IoError, IoResult, MemDev};
 use clock::VirtualClock;
 use proptest::prelude::*;
+use rng::SplitMix64;
 
 use crate::*;
 
@@ -640,14 +641,13 @@ proptest! {
 
 const BLK: usize = 4096;
 
+/// Block `block`'s contents at generation `gen`: a stream of its own (so a block
+/// read from the wrong place or generation shows), stamped with both.
 fn pattern(block: u64, gen: u32) -> Vec<u8> {
     let mut b = vec![0u8; BLK];
-    let mut x = block.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (gen as u64) << 17 | 1;
+    let mut r = SplitMix64::derive(block, &[u64::from(gen)]);
     for w in b.chunks_exact_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        w.copy_from_slice(&x.to_le_bytes());
+        w.copy_from_slice(&r.next_u64().to_le_bytes());
     }
     b[..8].copy_from_slice(&block.to_le_bytes());
     b[8..12].copy_from_slice(&gen.to_le_bytes());
@@ -712,11 +712,9 @@ fn verify_while_migrating_back_and_forth() {
                 // Writer w owns the blocks with index % 2 == w, and knows their
                 // generation: like fio's verify, every read is checked.
                 let mut gens = vec![0u32; nblocks as usize];
-                let mut x: u64 = 0x1234_5678 + w;
+                let mut r = SplitMix64::derive(0x1234_5678, &[w]);
                 while !stop.load(Ordering::Relaxed) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    let x = r.next_u64();
                     let blk = (x % (nblocks / 2)) * 2 + w;
                     let off = blk * BLK as u64;
                     if x & 0x30 != 0 {
