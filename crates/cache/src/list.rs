@@ -403,11 +403,9 @@ mod tests {
         use std::collections::HashMap;
         let mut ix = index_with_capacity(4);
         let mut m: HashMap<u64, u32> = HashMap::new();
-        let mut x: u64 = 1;
+        let mut r = rng::SplitMix64::new(1);
         for step in 0..200_000u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = r.next_u64();
             // Few distinct keys, many collisions in the top bits.
             let k = (x % 3000) << 40 | (x % 7);
             match x % 3 {
