@@ -12,6 +12,7 @@ use clock::MonotonicClock;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use flash::{Backend, FlashDevice, Geometry, Timing};
 use ftl::{default_capacity, Extent, GcPolicyKind, MemCheckpoints, Vssd, VssdConfig};
+use rng::SplitMix64;
 
 fn vssd() -> Arc<Vssd> {
     let g = Geometry {
@@ -49,13 +50,8 @@ fn bench(c: &mut Criterion) {
     for p in 0..pages {
         v.write(p * 4096, &data, false).unwrap();
     }
-    let mut x: u64 = 1;
-    let mut next = move || {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (x >> 33) % pages
-    };
+    let mut r = SplitMix64::new(1);
+    let mut next = move || r.below(pages as usize) as u64;
     let mut g = c.benchmark_group("vssd_4k");
     g.throughput(Throughput::Bytes(4096));
     g.bench_function("random_write_full_device", |b| {

@@ -12,6 +12,7 @@ use clock::VirtualClock;
 use flash::{Backend, FlashDevice, Geometry, Timing};
 use ftl::{max_capacity, CheckpointStore, Extent, GcPolicyKind, MemCheckpoints, Vssd, VssdConfig};
 use proptest::prelude::*;
+use rng::SplitMix64;
 
 fn geo() -> Geometry {
     Geometry {
@@ -141,21 +142,18 @@ fn heavy_overwrite_with_crashes_keeps_data() {
     let cap = c.capacity_bytes;
     let m = MemDev::new(cap);
     let mut v = Vssd::create(dev.clone(), c.clone(), clock.clone(), ckpt.clone()).unwrap();
-    let mut x: u64 = 12345;
+    let mut r = SplitMix64::new(12345);
     let (mut gc_runs, mut host, mut flash) = (0, 0, 0);
     for round in 0..40 {
         for _ in 0..200 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let page = (x >> 33) % (cap / 512);
-            let data = vec![(x >> 20) as u8; 512];
+            let page = r.below((cap / 512) as usize) as u64;
+            let data = vec![r.next_u64() as u8; 512];
             v.write(page * 512, &data, false).unwrap();
             m.write(page * 512, &data, false).unwrap();
             clock.advance(1000);
         }
         if round % 3 == 0 {
-            let off = (x >> 40) % (cap / 2);
+            let off = r.below((cap / 2) as usize) as u64;
             v.trim(off, 4096).unwrap();
             m.trim(off, 4096).unwrap();
         }
