@@ -108,7 +108,6 @@ fn mem(name: &str, size: u64) -> (Export, Arc<MemDev>) {
         dev: dev.clone(),
         pace: None,
         gate: None,
-        owner: None,
     };
     (e, dev)
 }
@@ -159,7 +158,6 @@ fn paced(name: &str, size: u64) -> Export {
         }),
         pace: Some(clock),
         gate: None,
-        owner: None,
     }
 }
 
