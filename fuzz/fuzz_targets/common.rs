@@ -26,7 +26,7 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 pub fn run_connection(input: Vec<u8>) {
     let dev = Arc::new(GuardedWindow::new(N, G));
     let reg = MapRegistry::new();
-    reg.insert(Export { name: "w".into(), description: "fuzz".into(), dev: dev.clone(), pace: None });
+    reg.insert(Export { name: "w".into(), description: "fuzz".into(), dev: dev.clone(), pace: None, gate: None, owner: None });
     reg.set_default(Some("w"));
     let server = Server::new(Arc::new(reg), ServerConfig { max_payload: MAXP, ..Default::default() });
     runtime().block_on(async move {

@@ -158,6 +158,7 @@ impl Exports {
                 Mode::Emulation => Some(self.clock.clone()),
             },
             gate: e.gate.clone(),
+            owner: None,
         }
     }
 }
@@ -181,15 +182,19 @@ impl nbd::ExportRegistry for Exports {
         map.get(name).map(|e| self.export(name, e))
     }
 
-    /// (name, description) of every export: vSSDs, then tier volumes, then
-    /// harvest volumes, each by name.
-    fn list(&self) -> Vec<(String, String)> {
+    /// Every export: vSSDs, then tier volumes, then harvest volumes, each by
+    /// name.
+    fn list(&self) -> Vec<nbd::Listing> {
         let map = self.map.read();
         let mut out: Vec<(ExportKind, &String, &Entry)> =
             map.iter().map(|(n, e)| (e.kind, n, e)).collect();
         out.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         out.into_iter()
-            .map(|(_, n, e)| (n.clone(), e.description.clone()))
+            .map(|(_, n, e)| nbd::Listing {
+                name: n.clone(),
+                description: e.description.clone(),
+                owner: None,
+            })
             .collect()
     }
 }

@@ -688,9 +688,8 @@ impl nbd::ExportRegistry for HostManager {
         self.exports.lookup(name)
     }
 
-    /// (name, description) of every export: vSSDs, then tier volumes, then
-    /// harvest volumes.
-    fn list(&self) -> Vec<(String, String)> {
+    /// Every export: vSSDs, then tier volumes, then harvest volumes.
+    fn list(&self) -> Vec<nbd::Listing> {
         self.exports.list()
     }
 }

@@ -86,6 +86,7 @@ fn main() -> std::io::Result<()> {
                 dev: Arc::new(MemDev::new(size)),
                 pace: None,
                 gate: None,
+                owner: None,
             },
             Some(us) => {
                 let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
@@ -99,6 +100,7 @@ fn main() -> std::io::Result<()> {
                     }),
                     pace: Some(clock),
                     gate: None,
+                    owner: None,
                 }
             }
         };

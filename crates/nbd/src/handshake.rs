@@ -5,6 +5,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::inbuf::InBuf;
 use crate::proto::{self, ClientOption};
+use crate::tls::{self, TlsMode};
 use crate::{Export, NbdError, ServerConfig};
 
 /// Most options one connection may send before the server gives up on it.
@@ -56,57 +57,135 @@ fn put_error(out: &mut Vec<u8>, option: u32, reply: u32, msg: &str) {
     );
 }
 
-/// Runs the handshake. Returns `Ok(None)` when the client ends it cleanly
-/// (`NBD_OPT_ABORT`, or hanging up between options).
-pub(crate) async fn negotiate<R, W>(
+/// Where a connection stands in its handshake: kept across a TLS upgrade.
+#[derive(Default)]
+pub(crate) struct Session {
+    /// The client's flags, once read (from the first phase).
+    client: Option<proto::ClientFlags>,
+    /// The session runs over TLS.
+    pub secure: bool,
+    /// The tenant TLS authenticated, if any.
+    pub identity: Option<String>,
+}
+
+/// How a phase of option haggling ended.
+pub(crate) enum Outcome {
+    /// The client ended it cleanly (`NBD_OPT_ABORT`, or hanging up between options).
+    Closed,
+    /// The client asked for TLS and got the ACK: the caller upgrades the stream
+    /// and haggles again.
+    StartTls,
+    /// The client chose an export.
+    Go(Negotiated),
+}
+
+/// Runs one phase of the handshake on `stream`: from the greeting (first phase
+/// only) to the choice of an export, the end, or a TLS upgrade.
+pub(crate) async fn negotiate<S>(
     registry: &dyn crate::ExportRegistry,
     config: &ServerConfig,
+    session: &mut Session,
     inbuf: &mut InBuf,
-    rd: &mut R,
-    wr: &mut W,
-) -> Result<Option<Negotiated>, NbdError>
+    stream: &mut S,
+) -> Result<Outcome, NbdError>
 where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut out = Vec::with_capacity(512);
-    out.extend_from_slice(&proto::greeting());
-    send(wr, &mut out).await?;
-
-    if !inbuf.fill(rd, 4).await? {
-        return Ok(None);
-    }
-    let raw = u32::from_be_bytes(inbuf.data()[..4].try_into().expect("4 bytes"));
-    inbuf.consume(4);
-    let client = proto::parse_client_flags(raw)?;
+    let client = match session.client {
+        Some(c) => c,
+        None => {
+            out.extend_from_slice(&proto::greeting());
+            send(stream, &mut out).await?;
+            if !inbuf.fill(stream, 4).await? {
+                return Ok(Outcome::Closed);
+            }
+            let raw = u32::from_be_bytes(inbuf.data()[..4].try_into().expect("4 bytes"));
+            inbuf.consume(4);
+            let c = proto::parse_client_flags(raw)?;
+            session.client = Some(c);
+            c
+        }
+    };
+    let mode = config.tls.as_ref().map_or(TlsMode::Off, |t| t.mode());
+    let tls_missing = mode == TlsMode::Require && !session.secure;
+    let visible = |e: &Export| tls::may_open(mode, session.identity.as_deref(), e.owner.as_deref());
+    // An export this client may not see does not exist, as far as it can tell.
+    let lookup = |name: &str| registry.lookup(name).filter(|e| visible(e));
 
     let mut structured = false;
     let mut data = Vec::new();
     for _ in 0..MAX_OPTIONS {
-        match inbuf.fill(rd, proto::OPTION_HEADER_LEN).await? {
+        match inbuf.fill(stream, proto::OPTION_HEADER_LEN).await? {
             true => {}
-            false if inbuf.len() == 0 => return Ok(None),
+            false if inbuf.len() == 0 => return Ok(Outcome::Closed),
             false => return Err(NbdError::HungUp),
         }
         let hdr = proto::parse_option_header(&inbuf.data()[..proto::OPTION_HEADER_LEN])?;
         inbuf.consume(proto::OPTION_HEADER_LEN);
         data.resize(hdr.length as usize, 0);
-        if !inbuf.read_exact(rd, &mut data).await? {
+        if !inbuf.read_exact(stream, &mut data).await? {
             return Err(NbdError::HungUp);
         }
         let option = hdr.option;
-        match proto::parse_option(option, &data) {
+        let parsed = proto::parse_option(option, &data);
+        if tls_missing
+            && !matches!(
+                parsed,
+                ClientOption::StartTls | ClientOption::Abort | ClientOption::Invalid { .. }
+            )
+        {
+            if matches!(
+                parsed,
+                ClientOption::ExportName(_) | ClientOption::BadExportName
+            ) {
+                // NBD_OPT_EXPORT_NAME has no error reply: hang up.
+                return Err(NbdError::TlsRequired);
+            }
+            put_error(
+                &mut out,
+                option,
+                proto::REP_ERR_TLS_REQD,
+                "this server requires TLS: upgrade with NBD_OPT_STARTTLS first",
+            );
+            send(stream, &mut out).await?;
+            continue;
+        }
+        match parsed {
+            ClientOption::StartTls => {
+                if mode == TlsMode::Off {
+                    // As nbdkit answers: a client that merely prefers TLS
+                    // goes on in plaintext.
+                    put_error(
+                        &mut out,
+                        option,
+                        proto::REP_ERR_UNSUP,
+                        "TLS is off on this server",
+                    );
+                } else if session.secure {
+                    put_error(
+                        &mut out,
+                        option,
+                        proto::REP_ERR_INVALID,
+                        "TLS is on already",
+                    );
+                } else {
+                    proto::put_option_reply(&mut out, option, proto::REP_ACK, &[]);
+                    send(stream, &mut out).await?;
+                    return Ok(Outcome::StartTls);
+                }
+            }
             ClientOption::ExportName(name) => {
-                let Some(export) = registry.lookup(&name) else {
+                let Some(export) = lookup(&name) else {
                     return Err(NbdError::UnknownExport(name));
                 };
                 let flags = transmission_flags(&export, structured, config);
                 let size = export.dev.size();
                 out.extend_from_slice(&proto::export_name_reply(size, flags, client.no_zeroes));
-                send(wr, &mut out).await?;
+                send(stream, &mut out).await?;
                 let block =
                     proto::effective_block_sizes(export.dev.block_sizes(), config.max_payload);
-                return Ok(Some(Negotiated {
+                return Ok(Outcome::Go(Negotiated {
                     export,
                     structured,
                     size,
@@ -121,18 +200,20 @@ where
             ClientOption::Abort => {
                 proto::put_option_reply(&mut out, option, proto::REP_ACK, &[]);
                 // The client may already have gone; that is fine.
-                let _ = send(wr, &mut out).await;
-                return Ok(None);
+                let _ = send(stream, &mut out).await;
+                return Ok(Outcome::Closed);
             }
             ClientOption::List => {
-                for (name, description) in registry.list() {
-                    proto::put_list_entry(&mut out, &name, &description);
+                for l in registry.list() {
+                    if tls::may_open(mode, session.identity.as_deref(), l.owner.as_deref()) {
+                        proto::put_list_entry(&mut out, &l.name, &l.description);
+                    }
                 }
                 proto::put_option_reply(&mut out, option, proto::REP_ACK, &[]);
             }
             ClientOption::Info(req) | ClientOption::Go(req) => {
                 let go = option == proto::OPT_GO;
-                match registry.lookup(&req.name) {
+                match lookup(&req.name) {
                     None => put_error(
                         &mut out,
                         option,
@@ -171,8 +252,8 @@ where
                         );
                         proto::put_option_reply(&mut out, option, proto::REP_ACK, &[]);
                         if go {
-                            send(wr, &mut out).await?;
-                            return Ok(Some(Negotiated {
+                            send(stream, &mut out).await?;
+                            return Ok(Outcome::Go(Negotiated {
                                 export,
                                 structured,
                                 size,
@@ -203,7 +284,7 @@ where
                 );
             }
         }
-        send(wr, &mut out).await?;
+        send(stream, &mut out).await?;
         if data.capacity() > 4096 {
             data = Vec::new();
         }

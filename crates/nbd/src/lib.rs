@@ -9,9 +9,10 @@
 //!
 //! Handshake: fixed newstyle with `NO_ZEROES`; options `EXPORT_NAME`, `ABORT`,
 //! `LIST`, `INFO`, `GO` (answering `NBD_INFO_EXPORT`, `NAME`, `DESCRIPTION` and
-//! `BLOCK_SIZE`) and `STRUCTURED_REPLY`; anything else gets `NBD_REP_ERR_UNSUP`.
-//! Transmission: `READ`, `WRITE`, `DISC`, `FLUSH`, `TRIM`, `WRITE_ZEROES` (with
-//! `FUA` and `NO_HOLE`) and `CACHE`. No TLS and no metadata contexts.
+//! `BLOCK_SIZE`), `STRUCTURED_REPLY` and `STARTTLS` (see [`tls`]); anything else
+//! gets `NBD_REP_ERR_UNSUP`. Transmission: `READ`, `WRITE`, `DISC`, `FLUSH`,
+//! `TRIM`, `WRITE_ZEROES` (with `FUA` and `NO_HOLE`) and `CACHE`. No metadata
+//! contexts yet.
 //!
 //! # Why it is built this way
 //!
@@ -43,7 +44,12 @@
 //!   only slow itself down. A write whose announced payload is too large cannot be
 //!   resynchronised, so it ends the connection; a write that is merely invalid has
 //!   its payload consumed and gets an error. A write reaches the device only after
-//!   its whole payload has arrived.
+//!   its whole payload has arrived. A handshake, TLS included, must finish within
+//!   [`ServerConfig::handshake_timeout`], and connections are capped in total and
+//!   per tenant, so idle or half-open clients cannot crowd others out.
+//! * **Tenants see their own exports.** With TLS, the client's TLS identity names
+//!   its tenant, and [`tls::may_open`] decides which exports it may list and open
+//!   (an export's [`Export::owner`]); one it may not see answers as unknown.
 
 #![warn(missing_docs)]
 
@@ -62,6 +68,9 @@ mod handshake;
 mod inbuf;
 mod pacer;
 pub mod proto;
+pub mod tls;
+
+pub use tls::{PskKeys, Tls, TlsError, TlsMode, TlsSetup};
 
 /// One export: a named block device, optionally paced by a clock.
 #[derive(Clone)]
@@ -80,6 +89,9 @@ pub struct Export {
     /// thread, until the gate admits it. With `pace` too, both must be the same
     /// clock.
     pub gate: Option<Arc<dyn blockdev::Gate>>,
+    /// The tenant that owns it: with TLS, only a client whose TLS identity is
+    /// this tenant lists and opens it. `None`: shared with every client.
+    pub owner: Option<String>,
 }
 
 impl std::fmt::Debug for Export {
@@ -91,6 +103,7 @@ impl std::fmt::Debug for Export {
             .field("read_only", &self.dev.read_only())
             .field("paced", &self.pace.is_some())
             .field("gated", &self.gate.is_some())
+            .field("owner", &self.owner)
             .finish()
     }
 }
@@ -100,8 +113,19 @@ impl std::fmt::Debug for Export {
 pub trait ExportRegistry: Send + Sync {
     /// The export called `name`; `""` asks for the default export.
     fn lookup(&self, name: &str) -> Option<Export>;
-    /// Every export as (name, description), for `NBD_OPT_LIST`.
-    fn list(&self) -> Vec<(String, String)>;
+    /// Every export, for `NBD_OPT_LIST` (filtered there by [`tls::may_open`]).
+    fn list(&self) -> Vec<Listing>;
+}
+
+/// One export as `NBD_OPT_LIST` sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    /// Export name.
+    pub name: String,
+    /// Its description.
+    pub description: String,
+    /// Its owner ([`Export::owner`]).
+    pub owner: Option<String>,
 }
 
 /// A simple in-memory [`ExportRegistry`]: exports by name, plus an optional
@@ -146,12 +170,16 @@ impl ExportRegistry for MapRegistry {
         }
     }
 
-    fn list(&self) -> Vec<(String, String)> {
+    fn list(&self) -> Vec<Listing> {
         self.inner
             .read()
             .0
             .values()
-            .map(|e| (e.name.clone(), e.description.clone()))
+            .map(|e| Listing {
+                name: e.name.clone(),
+                description: e.description.clone(),
+                owner: e.owner.clone(),
+            })
             .collect()
     }
 }
@@ -181,6 +209,17 @@ pub struct ServerConfig {
     /// connections to finish their in-flight requests before cutting them off
     /// (default 5 s).
     pub shutdown_grace: Duration,
+    /// TLS (`None`: off). See [`Tls::new`].
+    pub tls: Option<Arc<Tls>>,
+    /// A client must finish its handshake (TLS included) within this time, or
+    /// it is disconnected (default 10 s).
+    pub handshake_timeout: Duration,
+    /// Most connections open at once; a client beyond it is disconnected at
+    /// once (default 1,024).
+    pub max_connections: usize,
+    /// Most connections one TLS-authenticated tenant may have open at once; its
+    /// next one is disconnected after the TLS handshake (default 64).
+    pub max_connections_per_tenant: usize,
 }
 
 impl Default for ServerConfig {
@@ -191,6 +230,10 @@ impl Default for ServerConfig {
             max_inflight_bytes: 64 * 1024 * 1024,
             unix_send_buffer: Some(1024 * 1024),
             shutdown_grace: Duration::from_secs(5),
+            tls: None,
+            handshake_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+            max_connections_per_tenant: 64,
         }
     }
 }
@@ -221,11 +264,105 @@ pub enum NbdError {
     /// A connection task failed unexpectedly.
     #[error("connection task failed: {0}")]
     Task(String),
+    /// The server requires TLS and the client asked for an export without it.
+    #[error("client asked for an export without TLS, which this server requires")]
+    TlsRequired,
+    /// The TLS handshake failed (wrong key, unknown certificate, not TLS at all).
+    #[error("TLS handshake failed: {0}")]
+    Tls(String),
+    /// The client sent bytes after `NBD_OPT_STARTTLS` before the TLS handshake
+    /// (they would be read as if protected: a known injection attack).
+    #[error("client sent plaintext after NBD_OPT_STARTTLS")]
+    PlaintextAfterStartTls,
+    /// The handshake took longer than [`ServerConfig::handshake_timeout`].
+    #[error("handshake not finished within {0:?}")]
+    HandshakeTimeout(Duration),
+    /// The tenant has [`ServerConfig::max_connections_per_tenant`] open already.
+    #[error("tenant {tenant:?} has {limit} connections open already")]
+    TenantLimit {
+        /// The tenant.
+        tenant: String,
+        /// Its limit.
+        limit: usize,
+    },
 }
 
 struct Inner {
     registry: Arc<dyn ExportRegistry>,
     config: ServerConfig,
+    /// Open connections per authenticated tenant.
+    tenants: parking_lot::Mutex<BTreeMap<String, usize>>,
+}
+
+/// A byte stream the server can split into a reader and a writer half once the
+/// handshake is over: sockets split into owned halves (no lock between them),
+/// anything else through [`tokio::io::split`].
+pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// The reading half.
+    type Rd: AsyncRead + Unpin + Send + 'static;
+    /// The writing half.
+    type Wr: AsyncWrite + Unpin + Send + 'static;
+    /// Splits the stream.
+    fn halves(self) -> (Self::Rd, Self::Wr);
+}
+
+impl Transport for tokio::net::TcpStream {
+    type Rd = tokio::net::tcp::OwnedReadHalf;
+    type Wr = tokio::net::tcp::OwnedWriteHalf;
+    fn halves(self) -> (Self::Rd, Self::Wr) {
+        self.into_split()
+    }
+}
+
+impl Transport for tokio::net::UnixStream {
+    type Rd = tokio::net::unix::OwnedReadHalf;
+    type Wr = tokio::net::unix::OwnedWriteHalf;
+    fn halves(self) -> (Self::Rd, Self::Wr) {
+        self.into_split()
+    }
+}
+
+/// Any stream, split through [`tokio::io::split`] (tests, TLS sessions).
+struct Whole<S>(S);
+
+impl<S: AsyncRead + Unpin> AsyncRead for Whole<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Whole<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Transport for Whole<S> {
+    type Rd = tokio::io::ReadHalf<S>;
+    type Wr = tokio::io::WriteHalf<S>;
+    fn halves(self) -> (Self::Rd, Self::Wr) {
+        tokio::io::split(self.0)
+    }
 }
 
 /// The NBD server. Cheap to clone; clones share the registry and configuration.
@@ -239,7 +376,11 @@ impl Server {
     pub fn new(registry: Arc<dyn ExportRegistry>, mut config: ServerConfig) -> Self {
         config.max_payload = config.max_payload.clamp(4096, 1 << 31);
         Self {
-            inner: Arc::new(Inner { registry, config }),
+            inner: Arc::new(Inner {
+                registry,
+                config,
+                tenants: parking_lot::Mutex::new(BTreeMap::new()),
+            }),
         }
     }
 
@@ -264,7 +405,7 @@ impl Server {
             if let Some(bytes) = sndbuf {
                 set_send_buffer(&stream, bytes);
             }
-            Ok(stream.into_split())
+            Ok(stream)
         };
         self.accept_loop(accept, shutdown).await
     }
@@ -283,24 +424,24 @@ impl Server {
             if let Err(e) = stream.set_nodelay(true) {
                 tracing::debug!(%peer, "set_nodelay failed: {e}");
             }
-            Ok(stream.into_split())
+            Ok(stream)
         };
         self.accept_loop(accept, shutdown).await
     }
 
-    /// The accept loop shared by every listener kind: `accept` yields the two
-    /// halves of a new, configured connection.
-    async fn accept_loop<F, Fut, R, W>(
+    /// The accept loop shared by every listener kind: `accept` yields a new,
+    /// configured connection.
+    async fn accept_loop<F, Fut, S>(
         &self,
         mut accept: F,
         shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<()>
     where
         F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = std::io::Result<(R, W)>>,
-        R: AsyncRead + Unpin + Send + 'static,
-        W: AsyncWrite + Unpin + Send + 'static,
+        Fut: std::future::Future<Output = std::io::Result<S>>,
+        S: Transport,
     {
+        let max = self.inner.config.max_connections.max(1);
         let mut conns = JoinSet::new();
         let mut stop = Some(shutdown.clone());
         loop {
@@ -309,10 +450,14 @@ impl Server {
                 _ = conn::wait_shutdown(&mut stop) => break,
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
                 r = accept() => match r {
-                    Ok((rd, wr)) => {
+                    Ok(_) if conns.len() >= max => {
+                        // Dropped unanswered: the client sees the connection close.
+                        tracing::warn!(limit = max, "NBD connection refused: too many open connections ([nbd] max_connections)");
+                    }
+                    Ok(stream) => {
                         let inner = self.inner.clone();
                         let sd = Some(shutdown.clone());
-                        conns.spawn(async move { log_end(inner.connection(rd, wr, sd).await) });
+                        conns.spawn(async move { log_end(inner.connection(stream, sd).await) });
                     }
                     Err(e) => accept_failed(e).await,
                 },
@@ -329,8 +474,7 @@ impl Server {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let (rd, wr) = tokio::io::split(stream);
-        self.inner.clone().connection(rd, wr, None).await
+        self.inner.clone().connection(Whole(stream), None).await
     }
 
     async fn drain(&self, mut conns: JoinSet<()>) {
@@ -383,27 +527,121 @@ fn log_end(r: Result<(), NbdError>) {
     }
 }
 
+/// Counts a tenant's open connection while it lives.
+struct TenantSlot {
+    inner: Arc<Inner>,
+    tenant: String,
+}
+
+impl Drop for TenantSlot {
+    fn drop(&mut self) {
+        let mut t = self.inner.tenants.lock();
+        if let Some(n) = t.get_mut(&self.tenant) {
+            *n -= 1;
+            if *n == 0 {
+                t.remove(&self.tenant);
+            }
+        }
+    }
+}
+
 impl Inner {
-    async fn connection<R, W>(
+    /// Takes one of `tenant`'s connection slots, if it has one left.
+    fn tenant_slot(self: &Arc<Self>, tenant: &str) -> Result<TenantSlot, NbdError> {
+        let limit = self.config.max_connections_per_tenant.max(1);
+        let mut t = self.tenants.lock();
+        let n = t.entry(tenant.to_string()).or_insert(0);
+        if *n >= limit {
+            return Err(NbdError::TenantLimit {
+                tenant: tenant.to_string(),
+                limit,
+            });
+        }
+        *n += 1;
+        Ok(TenantSlot {
+            inner: self.clone(),
+            tenant: tenant.to_string(),
+        })
+    }
+
+    async fn connection<S: Transport>(
         self: Arc<Self>,
-        mut rd: R,
-        mut wr: W,
+        mut stream: S,
+        shutdown: Option<watch::Receiver<bool>>,
+    ) -> Result<(), NbdError> {
+        let mut inbuf = inbuf::InBuf::new(512 * 1024);
+        let mut stop = shutdown.clone();
+        let limit = self.config.handshake_timeout;
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut session = handshake::Session::default();
+        let first = tokio::select! {
+            biased;
+            _ = conn::wait_shutdown(&mut stop) => return Ok(()),
+            r = tokio::time::timeout_at(deadline, handshake::negotiate(&*self.registry, &self.config, &mut session, &mut inbuf, &mut stream)) => {
+                r.map_err(|_| NbdError::HandshakeTimeout(limit))??
+            }
+        };
+        match first {
+            handshake::Outcome::Closed => Ok(()),
+            handshake::Outcome::Go(neg) => {
+                let (rd, wr) = stream.halves();
+                self.transmit(rd, inbuf, wr, neg, shutdown).await
+            }
+            handshake::Outcome::StartTls => {
+                if inbuf.len() != 0 {
+                    return Err(NbdError::PlaintextAfterStartTls);
+                }
+                let tls = self
+                    .config
+                    .tls
+                    .clone()
+                    .ok_or_else(|| NbdError::Tls("TLS is off".into()))?;
+                let ssl = openssl::ssl::Ssl::new(tls.context())
+                    .map_err(|e| NbdError::Tls(e.to_string()))?;
+                let mut s = tokio_openssl::SslStream::new(ssl, stream)
+                    .map_err(|e| NbdError::Tls(e.to_string()))?;
+                tokio::time::timeout_at(deadline, std::pin::Pin::new(&mut s).accept())
+                    .await
+                    .map_err(|_| NbdError::HandshakeTimeout(limit))?
+                    .map_err(|e| NbdError::Tls(e.to_string()))?;
+                session.secure = true;
+                session.identity = tls.identity(s.ssl());
+                let _slot = match &session.identity {
+                    Some(t) => Some(self.tenant_slot(t)?),
+                    None => None,
+                };
+                tracing::debug!(tenant = ?session.identity, "NBD client authenticated over TLS");
+                let second = tokio::select! {
+                    biased;
+                    _ = conn::wait_shutdown(&mut stop) => return Ok(()),
+                    r = tokio::time::timeout_at(deadline, handshake::negotiate(&*self.registry, &self.config, &mut session, &mut inbuf, &mut s)) => {
+                        r.map_err(|_| NbdError::HandshakeTimeout(limit))??
+                    }
+                };
+                match second {
+                    handshake::Outcome::Go(neg) => {
+                        let (rd, wr) = Whole(s).halves();
+                        self.transmit(rd, inbuf, wr, neg, shutdown).await
+                    }
+                    // A second STARTTLS is refused inside the handshake.
+                    handshake::Outcome::Closed | handshake::Outcome::StartTls => Ok(()),
+                }
+            }
+        }
+    }
+
+    async fn transmit<R, W>(
+        &self,
+        rd: R,
+        inbuf: inbuf::InBuf,
+        wr: W,
+        neg: handshake::Negotiated,
         shutdown: Option<watch::Receiver<bool>>,
     ) -> Result<(), NbdError>
     where
         R: AsyncRead + Unpin + Send,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let mut inbuf = inbuf::InBuf::new(512 * 1024);
-        let mut stop = shutdown.clone();
-        let negotiated = tokio::select! {
-            biased;
-            _ = conn::wait_shutdown(&mut stop) => return Ok(()),
-            r = handshake::negotiate(&*self.registry, &self.config, &mut inbuf, &mut rd, &mut wr) => r?,
-        };
-        let Some(neg) = negotiated else {
-            return Ok(());
-        };
         tracing::debug!(export = %neg.export.name, structured = neg.structured, "NBD transmission");
         conn::transmit(
             rd,

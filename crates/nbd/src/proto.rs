@@ -75,7 +75,7 @@ pub const OPT_EXPORT_NAME: u32 = 1;
 pub const OPT_ABORT: u32 = 2;
 /// Option: list the exports.
 pub const OPT_LIST: u32 = 3;
-/// Option: upgrade to TLS (not supported by this server).
+/// Option: upgrade the connection to TLS.
 pub const OPT_STARTTLS: u32 = 5;
 /// Option: describe an export.
 pub const OPT_INFO: u32 = 6;
@@ -102,6 +102,8 @@ pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
 pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
 /// Option reply error: the export does not exist.
 pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
+/// `NBD_REP_ERR_TLS_REQD`: the server requires TLS before this option.
+pub const REP_ERR_TLS_REQD: u32 = (1 << 31) + 5;
 /// Option reply error: the server is shutting down.
 pub const REP_ERR_SHUTDOWN: u32 = (1 << 31) + 7;
 
@@ -394,6 +396,8 @@ pub enum ClientOption {
     Go(InfoRequest),
     /// `NBD_OPT_STRUCTURED_REPLY`.
     StructuredReply,
+    /// `NBD_OPT_STARTTLS`: upgrade the connection to TLS.
+    StartTls,
     /// A known option whose data is malformed: answer `NBD_REP_ERR_INVALID`.
     Invalid {
         /// The option number.
@@ -423,6 +427,8 @@ pub fn parse_option(option: u32, data: &[u8]) -> ClientOption {
             Err(reason) => invalid(reason),
         },
         OPT_STRUCTURED_REPLY if data.is_empty() => ClientOption::StructuredReply,
+        OPT_STARTTLS if data.is_empty() => ClientOption::StartTls,
+        OPT_STARTTLS => invalid(InvalidOption("NBD_OPT_STARTTLS carries data")),
         OPT_STRUCTURED_REPLY => invalid(InvalidOption("NBD_OPT_STRUCTURED_REPLY carries data")),
         other => ClientOption::Unsupported(other),
     }
@@ -945,10 +951,7 @@ mod tests {
             parse_option(OPT_EXPORT_NAME, &[0xff]),
             ClientOption::BadExportName
         );
-        assert_eq!(
-            parse_option(OPT_STARTTLS, &[]),
-            ClientOption::Unsupported(OPT_STARTTLS)
-        );
+        assert_eq!(parse_option(OPT_STARTTLS, &[]), ClientOption::StartTls);
         assert_eq!(
             parse_option(999, &[1, 2, 3]),
             ClientOption::Unsupported(999)

@@ -156,6 +156,7 @@ fn export(name: &str, dev: Arc<dyn BlockDev>) -> Export {
         dev,
         pace: None,
         gate: None,
+        owner: None,
     }
 }
 
@@ -937,6 +938,7 @@ fn paced_server(clock: Arc<dyn Clock>, step: u64) -> (Server, Arc<Paced>) {
         dev: dev.clone(),
         pace: Some(clock),
         gate: None,
+        owner: None,
     };
     (server_with(vec![e], ServerConfig::default()), dev)
 }

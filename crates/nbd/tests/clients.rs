@@ -108,6 +108,7 @@ fn mem(name: &str, size: u64) -> (Export, Arc<MemDev>) {
         dev: dev.clone(),
         pace: None,
         gate: None,
+        owner: None,
     };
     (e, dev)
 }
@@ -158,6 +159,7 @@ fn paced(name: &str, size: u64) -> Export {
         }),
         pace: Some(clock),
         gate: None,
+        owner: None,
     }
 }
 

@@ -27,6 +27,7 @@ fn server(dev: Arc<GuardedWindow>) -> Server {
         dev,
         pace: None,
         gate: None,
+        owner: None,
     });
     reg.set_default(Some("w"));
     Server::new(
