@@ -1,5 +1,39 @@
 # Shared helpers for the scripts: start and stop a flexssd daemon on a private
-# data directory with a given config. Source it; needs $BIN (the flexssd binary).
+# data directory with a given config (needs $BIN, the flexssd binary), and show
+# the progress of a long script's steps. Source it.
+
+# Step progress for a person watching, like the bars of `flexssd sim ...`: on a
+# terminal (stderr is a tty) each step prints "[k/N m:ss] what" to stderr, the
+# clock counting from when this file was sourced; otherwise nothing is printed,
+# so logs and the scripts' stdout and output files are the same either way.
+#   steps N        N steps follow (N may be "?" when it is not known ahead)
+#   step WHAT...   the next step starts
+#   note WHAT...   a line of its own, not counted (e.g. the build, a sub-step)
+#   steps_done     all steps are over: prints the total time
+STEPS_N='?'
+STEPS_K=0
+STEPS_T0=$SECONDS
+steps() {
+  STEPS_N=$1
+  STEPS_K=0
+}
+_steps_clock() {
+  local t=$((SECONDS - STEPS_T0))
+  printf '%d:%02d' $((t / 60)) $((t % 60))
+}
+step() {
+  STEPS_K=$((STEPS_K + 1))
+  [ -t 2 ] || return 0
+  printf '[%d/%s %s] %s\n' "$STEPS_K" "$STEPS_N" "$(_steps_clock)" "$*" >&2
+}
+note() {
+  [ -t 2 ] || return 0
+  printf '  (%s) %s\n' "$(_steps_clock)" "$*" >&2
+}
+steps_done() {
+  [ -t 2 ] || return 0
+  printf '[done in %s] %d step(s)\n' "$(_steps_clock)" "$STEPS_K" >&2
+}
 
 # free_port: prints a free localhost TCP port.
 free_port() {
