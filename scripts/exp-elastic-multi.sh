@@ -20,11 +20,12 @@
 #   scripts/exp-elastic-multi.sh      (VOLS=3 ITERS=3; ~8 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 if [ -z "${BIN:-}" ]; then
+  note "building flexssd (release)"
   cargo build --release -q -p flexssd
   BIN=$PWD/target/release/flexssd
 fi
-. scripts/lib.sh
 OUT=docs/results
 VOLS=${VOLS:-3}
 ITERS=${ITERS:-3}
@@ -41,7 +42,9 @@ cleanup() {
   rm -rf "$WORK/data"
 }
 trap cleanup EXIT
+steps $(($(wc -w <<< "$POLICIES") + 3))
 
+step "start the daemon"
 # 28 channels × 320 MiB: a 256 MiB disk is one channel, a 1 GiB prealloc disk four.
 start_daemon "$WORK" '
 [[devices]]
@@ -86,6 +89,7 @@ job() {
 echo "policy,reserve_mib,completion_s,app_errors,waste_gbh,adds,removes,peak_alloc_mib" > "$OUT/elastic-multi.csv"
 for p in $POLICIES; do
   r=$(reserve_of "$p")
+  step "policy $p (reserve ${r} MiB): $VOLS volumes, $ITERS sort/merge iterations each"
   PIDS=()
   for v in $(seq 1 "$VOLS"); do
     rm -rf "$WORK/state-$p-$v"
@@ -103,6 +107,7 @@ for p in $POLICIES; do
   for v in $(seq 1 "$VOLS"); do job "$WORK/mnt$v" "$v" > "$WORK/err-$p-$v" & JOBS+=($!); done
   for j in "${JOBS[@]}"; do wait "$j" || true; done
   t1=$(date +%s.%N)
+  note "jobs done; cooling down for $COOL_S s"
   sleep "$COOL_S"
   for pid in "${PIDS[@]}"; do kill -TERM "$pid"; done
   for pid in "${PIDS[@]}"; do wait "$pid" || { echo "controller failed" >&2; cat "$WORK"/ctl-"$p"-*.log >&2; exit 1; }; done
@@ -126,6 +131,7 @@ PY
 done
 
 # Figure 4 style: aggregate over volumes on a 5-second grid (sample and hold).
+step "figure"
 python3 - "$WORK" "$VOLS" $POLICIES > "$WORK/fig.csv" <<'PY'
 import csv, sys
 work, vols, pols = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
@@ -157,6 +163,7 @@ PY
   --title "Elastic btrfs, $VOLS volumes with sort/merge iterations (aggregate)" \
   --xlabel "time (s)" --ylabel "GiB"
 
+step "results page"
 DIRTY=$(git status --porcelain -- crates/elastic flexssd/src/elastic_cmd.rs flexssd/src/elastic scripts/exp-elastic-multi.sh | head -1)
 OUT=$OUT VOLS=$VOLS ITERS=$ITERS LINES=$LINES COOL_S=$COOL_S COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" python3 - <<'PY'
 import csv, os
@@ -195,3 +202,4 @@ md += ["", "![aggregate used, expected and allocated](elastic-multi.svg)", ""]
 open(f"{E['OUT']}/elastic-multi.md", "w").write("\n".join(md) + "\n")
 PY
 echo "wrote $OUT/elastic-multi.md" >&2
+steps_done

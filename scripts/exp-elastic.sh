@@ -25,11 +25,12 @@
 #   KEEP_RUNS=1 POLICIES=predictive scripts/exp-elastic.sh   (rerun one policy, keep the rest)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 if [ -z "${BIN:-}" ]; then
+  note "building flexssd (release)"
   cargo build --release -q -p flexssd
   BIN=$PWD/target/release/flexssd
 fi
-. scripts/lib.sh
 OUT=docs/results
 mkdir -p "$OUT"
 RUNS=${RUNS:-3}
@@ -45,7 +46,9 @@ cleanup() {
   rm -rf "$WORK/data" "$WORK/src"
 }
 trap cleanup EXIT
+steps $(($(wc -w <<< "$POLICIES") + 4))
 
+step "start the daemon"
 # 14 channels × 640 MiB (1 MiB blocks): a 256 or 512 MiB disk is one channel, the
 # 2 GiB prealloc disk four. Fast mode: flash timing is not what is measured here.
 start_daemon "$WORK" '
@@ -93,6 +96,7 @@ fi
 one_run() { # policy reserve_mib run
   local p=$1 r=$2 k=$3 res csvf="$WORK/series-$1-$2-$3.csv" st="$WORK/state-$1"
   rm -rf "$st"; : > "$WORK/bench.err"
+  note "$p: reserve $r MiB, run $k of $RUNS ($RUN_S s)"
   "$BIN" elastic run --api "$API" --mount "$MNT" --state "$st" --csv "$csvf" --policy "$p" \
     --reserve "${r}M" "${SCALE[@]}" --name "el-$p" --duration-s "$RUN_S" 2> "$WORK/ctl-$p-$r-$k.log" &
   CTL_PID=$!
@@ -120,6 +124,7 @@ PY
 }
 
 for p in $POLICIES; do
+  step "policy $p: smallest reserve with $RUNS failure-free runs"
   r=0
   while :; do
     ok=1
@@ -144,6 +149,7 @@ for p in sys.argv[3:]:
 PY
 POLICIES=$(cut -d' ' -f1 "$WORK/chosen" | tr '\n' ' ')
 
+step "replay the recorded series in the simulator"
 # Replay each recorded series through the simulator with the same parameters; add
 # and move times measured from the real run.
 echo "policy,reserve_mib,real_waste_gbh,sim_waste_gbh,real_adds,sim_adds,real_removes,sim_removes,sim_failures,add_s,move_mibps" > "$OUT/elastic-sim.csv"
@@ -172,6 +178,7 @@ PY
 done < "$WORK/chosen"
 
 DIRTY=$(git status --porcelain -- crates/elastic flexssd/src/elastic_cmd.rs flexssd/src/elastic scripts/exp-elastic.sh | head -1)
+step "figure"
 # Figure 2(b): used (predictive run), expected and allocated of every policy.
 python3 - "$OUT" $POLICIES > "$WORK/fig.csv" <<'PY'
 import csv, sys
@@ -192,6 +199,7 @@ PY
   --title "Elastic btrfs on vSSDs, 1/4-scale microbenchmark (run 1 of each policy)" \
   --xlabel "time since controller start (s)" --ylabel "GiB"
 
+step "results page"
 OUT=$OUT RUN_S=$RUN_S COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" python3 - <<'PY'
 import csv, os, statistics as S
 OUT, RUN_S, COMMIT = os.environ["OUT"], os.environ["RUN_S"], os.environ["COMMIT"]
@@ -290,3 +298,4 @@ P("")
 open(f"{OUT}/elastic.md", "w").write("\n".join(md) + "\n")
 PY
 echo "wrote $OUT/elastic.md" >&2
+steps_done

@@ -17,17 +17,24 @@
 #   scripts/exp-fleet.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
+note "building flexssd (release)"
 cargo build --release -q -p flexssd
 BIN=$PWD/target/release/flexssd
 OUT=docs/results
 mkdir -p "$OUT"
 ARGS=(--regular 4000 --harvest 60000 --hours 168 --seed 1)
 
+steps 4
+step "sim harvest: realistic predictors"
 "$BIN" sim harvest "${ARGS[@]}" --json --csv "$OUT/fleet.csv" --plot "$OUT/fleet.svg" > "$OUT/fleet.json.tmp"
+step "sim harvest: oracle predictors"
 "$BIN" sim harvest "${ARGS[@]}" --predictor oracle --unsold-predictor oracle --json \
   --csv "$OUT/fleet-oracle.csv" --plot "$OUT/fleet-oracle.svg" > "$OUT/fleet-oracle.json.tmp"
+step "sim harvest: histogram on regular vSSDs too"
 "$BIN" sim harvest "${ARGS[@]}" --predictor histogram --json > "$OUT/fleet-hist.json.tmp"
 
+step "results page"
 DIRTY=$(git status --porcelain -- crates/fleet crates/harvest crates/lend flexssd/src/sim_harvest.rs | head -1)
 OUT=$OUT COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" LOAD="$(cut -d' ' -f1 /proc/loadavg)" python3 - <<'PY'
 import json, os
@@ -133,3 +140,4 @@ P(f"One run of both scenarios (60,000 harvest tenants against 4,000 regular tena
 open(f"{OUT}/fleet.md", "w").write("\n".join(md) + "\n")
 print(f"wrote {OUT}/fleet.md")
 PY
+steps_done

@@ -22,6 +22,8 @@
 #   scripts/exp-grem.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
+note "building flexssd (release)"
 cargo build --release -q -p flexssd
 BIN=$PWD/target/release/flexssd
 T=../shared/traces/block
@@ -37,6 +39,8 @@ SY="systor:$T/systor17-sample.csv"
 SA="systor:$T/systor17-additional-sample.csv"
 TC="tencent:$T/tencent-cbs-sample.csv"
 
+steps 6
+step "trace stats (Table I)"
 "$BIN" trace stats --json "$CP" "$HM" "$WS" "$TP" "$SY" "$SA" "$TC" > "$OUT/grem-table1.json.tmp"
 
 run() { # mix epoch_s traces...
@@ -44,6 +48,7 @@ run() { # mix epoch_s traces...
   local args=()
   for t in "$@"; do args+=(--trace "$t"); done
   echo "== $mix" >&2
+  step "sim cache: $mix mix, 6 policies x 9 sizes"
   "$BIN" sim cache "${args[@]}" --policy glru,car,arc,vfrm,grem,dgrem --cache-size "$SIZES" \
     --span 7200 --epoch "$epoch" --label "$mix" \
     --csv "$OUT/grem-$mix.csv" --plot "$OUT/grem-$mix.svg" > /dev/null
@@ -53,6 +58,7 @@ run unfriendly 300 "$WS" "$TP" "$SY" "$SA"
 run mixed 300 "$CP" "$HM" "$WS" "$SY"
 run mixed-1min 60 "$CP" "$HM" "$WS" "$SY"
 
+step "results page"
 DIRTY=$(git status --porcelain -- crates/cache crates/trace flexssd/src/sim_cache.rs flexssd/src/trace_cmd.rs | head -1)
 OUT=$OUT COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" python3 - <<'PY'
 import csv, json, os
@@ -247,3 +253,4 @@ P("So: on these short excerpts GREM and D-GREM do **not** reproduce the paper's 
 open(f"{OUT}/grem.md", "w").write("\n".join(md) + "\n")
 print(f"wrote {OUT}/grem.md")
 PY
+steps_done

@@ -27,9 +27,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-20}
+. scripts/lib.sh
+note "building flexssd (release)"
 cargo build --release -q -p flexssd
 BIN=$PWD/target/release/flexssd
-. scripts/lib.sh
 WORK=$(mktemp -d /tmp/flexssd-harvest.XXXXXX)
 trap 'stop_daemon; kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 R=docs/results
@@ -83,6 +84,8 @@ r_job() {  # r_job OUT IOPS : R's reads at a fixed rate
     --rate_iops="$2" --rate_process=poisson --randrepeat=0 >/dev/null
 }
 
+steps 9
+step "daemon 1: HV, regular tenant R, unsold channels not harvested"
 echo "== daemon 1: HV on channels 0-7, regular R on 8-11, unsold channels not harvested"
 start_daemon "$WORK/d1" "$DEVICE
 [[vssds]]
@@ -93,9 +96,11 @@ channel_ids = [8, 9, 10, 11]
 $HARVEST_COMMON
 unsold = false
 "
+step "preconditioning HV and R"
 echo "-- preconditioning: HV's 16 MiB and R's 24 MiB of data written once"
 fio --name=fill --ioengine=nbd --uri="$(uri HV)" --rw=write --bs=1M --iodepth=4 --size=16M >/dev/null
 fio --name=fill --ioengine=nbd --uri="$(uri R)" --rw=write --bs=1M --iodepth=4 --size=24M >/dev/null
+step "R's maximum ($SECS s)"
 echo "-- R's maximum (4 KiB random reads, queue depth 16, $SECS s)"
 fio --output-format=json --output="$WORK/r-max.json" --ioengine=nbd --uri="$(uri R)" --name=r \
   --rw=randread --bs=4k --iodepth=16 --size=24M --time_based --runtime="$SECS" >/dev/null
@@ -103,13 +108,16 @@ R_MAX=$(python3 -c "import json;print(int(json.load(open('$WORK/r-max.json'))['j
 R_RATE=$((R_MAX / 2))
 echo "   R max $R_MAX IOPS; runs at $R_RATE"
 
+step "R alone at 50% ($SECS s)"
 echo "-- R alone at 50%"
 r_job "$WORK/r-alone.json" "$R_RATE"
+step "static: HV on its own channels, R at 50% ($SECS s)"
 echo "-- static: HV on its 8 channels, R at 50% on its own"
 r_job "$WORK/r-static.json" "$R_RATE" & RP=$!
 hv_job "$WORK/hv-static.json" HV
 wait $RP
 
+step "sold: HV plus a gSSD lent by R ($SECS s)"
 echo "-- sold: the harvester lends R's spare blocks; HV asks for 4 channels"
 for _ in $(seq 1 50); do
   [ "$(curl -fs "$API/v1/gssds" | python3 -c 'import json,sys;print(len(json.load(sys.stdin)))')" -ge 1 ] && break
@@ -131,6 +139,7 @@ cli events > "$WORK/events-1.txt"
 cli harvest release sold
 stop_daemon
 
+step "daemon 2, unsold: HV plus a gSSD of unsold channels ($SECS s)"
 echo "== daemon 2: HV on channels 0-7, channels 8-15 unsold and harvested"
 start_daemon "$WORK/d2" "$DEVICE
 [harvest]
@@ -147,6 +156,7 @@ fio --name=fill --ioengine=nbd --uri="$(uri HV)" --rw=write --bs=1M --iodepth=4 
 cli harvest request unsold --tenant HV --capacity 16M --bandwidth 4 --duration 1800
 fio --name=fill --ioengine=nbd --uri="$(uri unsold)" --rw=write --bs=1M --iodepth=4 --size=16M >/dev/null
 hv_job "$WORK/hv-unsold.json" HV unsold
+step "reclaim: a full unsold gSSD goes to a buyer"
 echo "-- reclaim: a harvest volume fills a whole unsold gSSD; a regular tenant buys its channels"
 cli harvest release unsold
 cli harvest request full --tenant HV --capacity 100M --bandwidth 4 --duration 1800
@@ -160,6 +170,7 @@ cli events > "$WORK/events-2.txt"
 cat "$WORK/events-2.txt"
 stop_daemon
 
+step "results"
 python3 - "$WORK" "$R" "$SECS" "$R_MAX" "$R_RATE" <<'PY'
 import csv, json, re, sys
 work, out, secs, r_max, r_rate = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
@@ -234,3 +245,4 @@ svg.append('</svg>')
 open(f"{out}/harvest-fig18.svg", "w").write("\n".join(svg))
 PY
 echo "wrote $R/harvest-fig18.csv, $R/harvest-fig18.svg, $R/harvest-summary.csv"
+steps_done

@@ -18,9 +18,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-15}
+. scripts/lib.sh
+note "building flexssd (release)"
 cargo build --release -q -p flexssd
 BIN=$PWD/target/release/flexssd
-. scripts/lib.sh
 WORK=$(mktemp -d /tmp/flexssd-iso.XXXXXX)
 trap 'stop_daemon; kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
 OUT=docs/results/isolation.csv
@@ -28,6 +29,8 @@ LAT=docs/results/isolation-latency.csv
 PCTS=1:5:10:25:50:75:90:95:99:99.5:99.9:99.99
 mkdir -p docs/results
 
+steps 8
+step "start the daemon"
 start_daemon "$WORK/d" '
 mode = "emulation"
 [[devices]]
@@ -57,7 +60,9 @@ val() { python3 -c "import json,sys; j=json.load(open('$1')); x=j['jobs'][0]['$2
 echo "scenario,metric,value" > "$OUT"
 echo "scenario,percentile,latency_us" > "$LAT"
 # --- A: bandwidth vs channels (fresh vSSDs: no GC in the measured window)
+step "A: sequential writes, 8 channels (1 GiB)"
 fio_json "$WORK/w8.json" --name=w8 --ioengine=nbd --uri="$(uri w8)" --rw=write --bs=128k --iodepth=32 --size=1G
+step "A: sequential writes, 2 channels (256 MiB)"
 fio_json "$WORK/w2.json" --name=w2 --ioengine=nbd --uri="$(uri w2)" --rw=write --bs=128k --iodepth=32 --size=256M
 bw8=$(val "$WORK/w8.json" write "x['bw_bytes']/1e6")
 bw2=$(val "$WORK/w2.json" write "x['bw_bytes']/1e6")
@@ -67,6 +72,7 @@ echo "seq-write-2ch,MB/s,$bw2" >> "$OUT"
 echo "seq-write,ratio-8ch-over-2ch,$ratio" >> "$OUT"
 
 # --- B: read latency of the victim
+step "B: filling the victim (256 MiB)"
 fio --name=fill --ioengine=nbd --uri="$(uri victim)" --rw=write --bs=1M --iodepth=4 --size=256M >/dev/null
 readlat() {  # readlat NAME -> appends p50/p99/p99.9 of the victim, end to end and modelled
   curl -fs -X POST "$API/v1/vssds/victim/latency/reset" >/dev/null
@@ -91,10 +97,14 @@ noisy() {  # noisy EXPORT: flat-out 128 KiB writes for longer than the read run
   NOISE=$!
   sleep 2
 }
+step "B: victim alone ($SECS s)"
 readlat alone
+step "B: victim beside a writer on other channels ($SECS s)"
 noisy other;  readlat neighbour-other-channels;  wait $NOISE
+step "B: victim beside a writer on the same channels ($SECS s)"
 noisy shared; readlat neighbour-shared-channels; wait $NOISE
 
+step "table and plot"
 python3 - "$OUT" <<'PY'
 import csv,sys
 rows=list(csv.reader(open(sys.argv[1])))[1:]
@@ -111,3 +121,4 @@ PY
   --title "Victim 4 KiB random read latency (emulation mode)" --xlabel "percentile" --ylabel "latency (µs, log)" \
   --out docs/results/isolation-latency.svg
 echo "CSV: $OUT $LAT; plot: docs/results/isolation-latency.svg"
+steps_done

@@ -16,6 +16,8 @@
 #   scripts/exp-predict.sh            (CP_N=80 scripts/exp-predict.sh for every CloudPhysics workload)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
+note "building flexssd (release)"
 cargo build --release -q -p flexssd
 BIN=$PWD/target/release/flexssd
 T=../shared/traces
@@ -25,14 +27,18 @@ CP_N=${CP_N:-20}
 IN=(--input "blockflex:$T/blockflex")
 for f in $(ls "$T"/cloudphysics-30min/*.csv | sort | head -n "$CP_N"); do IN+=(--input "cloudphysics:$f"); done
 START=$(date +%s)
+steps 3
+step "sim predict: BlockFlex inputs and $CP_N CloudPhysics workloads"
 "$BIN" sim predict "${IN[@]}" --ratios 0,5,10,20,30 --csv "$OUT/predict.csv" --plot "$OUT/predict.svg" > "$OUT/predict.txt.tmp"
 MID=$(date +%s)
 CFG=$(mktemp)
 printf '[duration]\nloss = "pinball"\nquantile = 0.2\n' > "$CFG"
+step "sim predict: BlockFlex inputs, pinball durations"
 "$BIN" sim predict --input "blockflex:$T/blockflex" --config "$CFG" --ratios 0,5,10,20,30 --csv "$OUT/predict-pinball.csv" --plot "$OUT/predict-pinball.svg" > /dev/null
 rm -f "$CFG" "$OUT/predict.txt.tmp"
 END=$(date +%s)
 
+step "results page"
 DIRTY=$(git status --porcelain -- crates/predict flexssd/src/sim_predict.rs | head -1)
 OUT=$OUT CP_N=$CP_N SECS1=$((MID - START)) SECS2=$((END - MID)) NPROC=$(nproc) \
 COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" python3 - <<'PY'
@@ -137,3 +143,4 @@ P("* Durations: MSE predicts the mean remaining time, and run lengths are skewed
 open(f"{OUT}/predict.md", "w").write("\n".join(md) + "\n")
 print(f"wrote {OUT}/predict.md")
 PY
+steps_done

@@ -21,9 +21,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-30}
+. scripts/lib.sh
+note "building flexssd (release)"
 cargo build --release -q -p flexssd
 BIN=$PWD/target/release/flexssd
-. scripts/lib.sh
 WORK=$(mktemp -d /tmp/flexssd-reg.XXXXXX)
 trap 'stop_daemon; kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 R=docs/results
@@ -37,6 +38,8 @@ A_READ_IOPS=10000           # A: a quarter of its curve in reads...
 A_WRITE_IOPS=30             # ...and 10% in writes
 B_MIX=90                    # B: 90% reads, unthrottled, queue depth 16
 
+steps 7
+step "start the daemon"
 start_daemon "$WORK/d" '
 mode = "emulation"
 [[devices]]
@@ -58,10 +61,12 @@ capacity = "160M"'
 cli() { "$BIN" --api "$API" "$@"; }
 uri() { echo "nbd+unix:///$1?socket=$SOCK"; }
 
+step "measure the unit's SLA curve"
 echo "== measuring the unit's curve (2 channels, P95 <= ${BOUND_US} µs; scratch copy of the model)"
 cli sla measure-device --device ssd0 --channels 2 --bound "${BOUND_US}us" --utilization 0.625 \
   --out "$WORK/unit.json" --csv "$R/regulator-unit-curve.csv" --plot "$R/regulator-unit-curve.svg"
 
+step "preconditioning A and B"
 echo "== preconditioning: fill A and B, then overwrite half of B at random (GC in steady state)"
 for v in A B; do
   fio --name=fill --ioengine=nbd --uri="$(uri $v)" --rw=write --bs=1M --iodepth=4 --size=160M >/dev/null
@@ -97,11 +102,14 @@ run() {  # run NAME [alone]: the workloads for $SECS seconds, per-I/O latency lo
   curl -fs "$API/v1/vssds/A/sla" > "$WORK/$name-A-sla.json"
 }
 
+step "run alone: A by itself ($SECS s)"
 echo "== run alone: A by itself"
 run alone alone
+step "run off: A and B, no SLA curves ($SECS s)"
 echo "== run off: no SLA curves"
 run off
 
+step "run on: A and B limited to their curves ($SECS s)"
 echo "== run on: unit curve stored, A and B limited to their curves"
 curl -fs -X PUT -H 'content-type: application/json' --data @"$WORK/unit.json" \
   "$API/v1/devices/ssd0/curves/2" >/dev/null
@@ -110,6 +118,7 @@ cli sla set B --sla-curve "$B_CURVE" >/dev/null
 cli sla show B
 run on
 
+step "summary and plots"
 python3 - "$WORK" "$R" "$SECS" "$BOUND_US" "$A_CURVE" "$B_CURVE" <<'PY'
 import csv, json, math, sys, glob, os
 work, out, secs, bound, a_curve, b_curve = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
@@ -229,3 +238,4 @@ PY
   --title "Tenant A read P95 per second, bound ${BOUND_US} µs (Regulator Fig. 9)" \
   --xlabel "time (s)" --ylabel "read P95 (µs, end to end)"
 echo "wrote $R/regulator-*.csv and .svg"
+steps_done

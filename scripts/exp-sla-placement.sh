@@ -21,25 +21,32 @@ cd "$(dirname "$0")/.."
 TRIALS=${1:-10}
 TRACE_DIR=${TRACE_DIR:-../shared/traces/block}
 SEED=1
+. scripts/lib.sh
 # The experiment is pure computation (no timing), so the dev build gives the
 # same numbers as a release build and avoids a long optimised compile.
+note "building flexssd (debug)"
 cargo build -q -p flexssd
 BIN=$PWD/target/debug/flexssd
 OUT=docs/results
 mkdir -p "$OUT"
 run() { "$BIN" sim sla-placement --seed "$SEED" --trials "$TRIALS" "$@"; }
 
+steps 6
+step "main: synthetic groups, metric dot, $TRIALS trial(s)"
 run --csv "$OUT/sla-placement.csv" --plot "$OUT/sla-placement.svg" | tee "$OUT/sla-placement.txt"
 
 for m in l2 area; do
+  step "alignment metric $m"
   run --metric "$m" --csv "$OUT/sla-placement-metric-$m.csv" > "$OUT/sla-placement-metric-$m.txt"
 done
 
 for b in cheapest least-cost; do
+  step "baselines' new-unit rule: $b"
   run --groups paper --baseline-new-unit "$b" \
     --csv "$OUT/sla-placement-baseline-$b.csv" > "$OUT/sla-placement-baseline-$b.txt"
 done
 
+step "tenants shaped by the block traces"
 run --trace "msr:$TRACE_DIR/msr-hm0-sample.csv" \
     --trace "tencent:$TRACE_DIR/tencent-cbs-sample.csv" \
     --trace "systor:$TRACE_DIR/systor17-sample.csv" \
@@ -50,3 +57,4 @@ run --trace "msr:$TRACE_DIR/msr-hm0-sample.csv" \
     --csv "$OUT/sla-placement-traces.csv" --plot "$OUT/sla-placement-traces.svg" \
     > "$OUT/sla-placement-traces.txt" 2>&1
 cat "$OUT/sla-placement-traces.txt"
+steps_done
