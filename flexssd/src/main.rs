@@ -118,6 +118,10 @@ struct ServeArgs {
     /// Also serve NBD on this TCP address (`[nbd] tcp`).
     #[arg(long, value_name = "ADDR")]
     nbd_tcp: Option<SocketAddr>,
+    /// Serve NBD on a non-loopback TCP address without `[nbd] tls = "require"`
+    /// (anyone who reaches the port can then open every export).
+    #[arg(long)]
+    insecure: bool,
 }
 
 /// Where the client commands find the daemon.

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clock::MonotonicClock;
-use control::{Config, HostManager};
+use control::{Config, HostManager, NbdTls};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -51,7 +51,48 @@ fn load_config(args: &ServeArgs) -> Result<Config> {
         d.path = d.path.as_deref().map(absolute);
     }
     cfg.validate()?;
+    if let Some(addr) = cfg.nbd.tcp {
+        if !addr.ip().is_loopback() && cfg.nbd.tls != NbdTls::Require && !args.insecure {
+            bail!(
+                "refusing to serve NBD on {addr} without TLS: set [nbd] tls = \"require\" with \
+                 tls_psk_file or tls_certificates, or pass --insecure to serve every export \
+                 to anyone who reaches the port"
+            );
+        }
+    }
     Ok(cfg)
+}
+
+/// The NBD server's settings from `[nbd]`: TLS (key files read and checked
+/// here, so a bad one stops the start with its path) and the limits.
+fn nbd_server_config(cfg: &Config) -> Result<nbd::ServerConfig> {
+    let n = &cfg.nbd;
+    let psk = match &n.tls_psk_file {
+        Some(path) => Some(nbd::PskKeys::load(path).context("[nbd] tls_psk_file")?),
+        None => None,
+    };
+    let mode = match n.tls {
+        NbdTls::Off => nbd::TlsMode::Off,
+        NbdTls::On => nbd::TlsMode::On,
+        NbdTls::Require => nbd::TlsMode::Require,
+    };
+    let tls = nbd::Tls::new(nbd::TlsSetup {
+        mode,
+        psk,
+        certificates: n.tls_certificates.clone(),
+        verify_peer: n.tls_verify_peer,
+    })
+    .context("[nbd] TLS")?;
+    if let Some(t) = &tls {
+        info!(mode = ?t.mode(), psk = n.tls_psk_file.is_some(), certificates = n.tls_certificates.is_some(), "NBD TLS on");
+    }
+    Ok(nbd::ServerConfig {
+        tls: tls.map(Arc::new),
+        handshake_timeout: Duration::from_millis(n.handshake_timeout_ms),
+        max_connections: n.max_connections,
+        max_connections_per_tenant: n.max_connections_per_tenant,
+        ..nbd::ServerConfig::default()
+    })
 }
 
 /// Takes an exclusive `flock` on `<data_dir>/flexssd.lock` for the daemon's life, so
@@ -165,7 +206,7 @@ async fn serve(cfg: &Config, mgr: Arc<HostManager>) -> Result<()> {
     let api_addr = api.local_addr()?;
 
     let registry: Arc<dyn nbd::ExportRegistry> = mgr.clone();
-    let server = Arc::new(nbd::Server::new(registry, nbd::ServerConfig::default()));
+    let server = Arc::new(nbd::Server::new(registry, nbd_server_config(cfg)?));
     let mut tasks = tokio::task::JoinSet::new();
     {
         let (s, rx) = (server.clone(), stop_rx.clone());
@@ -225,8 +266,13 @@ async fn serve(cfg: &Config, mgr: Arc<HostManager>) -> Result<()> {
         "HTTP API listening on http://{api_addr} (try: flexssd --api http://{api_addr} vssd list)"
     );
     info!("NBD listening on unix socket {}", sock.display());
-    for (name, _) in nbd::ExportRegistry::list(&*mgr) {
-        println!("nbd+unix:///{name}?socket={}", sock.display());
+    let scheme = if cfg.nbd.tls == NbdTls::Off {
+        "nbd+unix"
+    } else {
+        "nbds+unix"
+    };
+    for l in nbd::ExportRegistry::list(&*mgr) {
+        println!("{scheme}:///{}?socket={}", l.name, sock.display());
     }
     info!(
         "inspect an export with: nbdinfo 'nbd+unix:///default?socket={}'",

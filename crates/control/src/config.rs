@@ -31,10 +31,12 @@ use crate::{ControlError, Result};
 
 mod devices;
 mod harvest;
+mod nbd;
 mod tiers;
 mod vssds;
 pub use devices::{BackendKind, DeviceConfig, SchedulerSettings};
 pub use harvest::{HarvestSettings, LendPolicyKind, UnsoldPolicyKind};
+pub use nbd::{NbdConfig, NbdTls};
 pub use tiers::{TierSpec, TierVolumeSpec, CACHE_VSSD_SUFFIX};
 pub use vssds::{valid_name, TenantRole, VssdSpec};
 
@@ -128,18 +130,6 @@ impl Default for ApiConfig {
     }
 }
 
-/// NBD server settings.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NbdConfig {
-    /// Unix socket path. Default `<data_dir>/nbd.sock`.
-    #[serde(default)]
-    pub socket: Option<PathBuf>,
-    /// TCP address, if NBD should also be served over TCP. Default: none.
-    #[serde(default)]
-    pub tcp: Option<SocketAddr>,
-}
-
 impl Default for Config {
     /// The built-in configuration, [`DEFAULT_CONFIG`].
     fn default() -> Self {
@@ -171,6 +161,7 @@ impl Config {
     /// vSSD specs that name existing devices.
     pub fn validate(&self) -> Result<()> {
         self.harvest.validate().map_err(ControlError::Config)?;
+        self.nbd.validate().map_err(ControlError::Config)?;
         let devices = devices::validate(&self.devices).map_err(ControlError::Config)?;
         vssds::validate(&self.vssds, &devices).map_err(ControlError::Config)?;
         tiers::validate(self)

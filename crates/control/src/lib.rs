@@ -34,8 +34,8 @@ pub mod size;
 mod store;
 
 pub use config::{
-    valid_name, ApiConfig, BackendKind, Config, DeviceConfig, Mode, NbdConfig, SchedulerSettings,
-    VssdSpec, DEFAULT_CONFIG,
+    valid_name, ApiConfig, BackendKind, Config, DeviceConfig, Mode, NbdConfig, NbdTls,
+    SchedulerSettings, VssdSpec, DEFAULT_CONFIG,
 };
 pub use config::{
     HarvestSettings, LendPolicyKind, TenantRole, TierSpec, TierVolumeSpec, UnsoldPolicyKind,

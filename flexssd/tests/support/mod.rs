@@ -81,6 +81,11 @@ impl Daemon {
 
     /// Like [`Daemon::start`], with extra `flexssd serve` arguments.
     pub fn start_with_args(body: &str, args: &[&str]) -> Daemon {
+        Self::start_nbd(body, "", args)
+    }
+
+    /// Like [`Daemon::start_with_args`], with extra `[nbd]` settings.
+    pub fn start_nbd(body: &str, nbd: &str, args: &[&str]) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("flexssd-test")
             .tempdir()
@@ -89,7 +94,7 @@ impl Daemon {
         let sock = dir.path().join("nbd.sock");
         let config = dir.path().join("flexssd.toml");
         let text = format!(
-            "data_dir = \"{}\"\n{body}\n[api]\nlisten = \"127.0.0.1:{port}\"\n\n[nbd]\nsocket = \"{}\"\n",
+            "data_dir = \"{}\"\n{body}\n[api]\nlisten = \"127.0.0.1:{port}\"\n\n[nbd]\nsocket = \"{}\"\n{nbd}\n",
             dir.path().join("data").display(),
             sock.display()
         );
