@@ -3,8 +3,9 @@
 //! `sim predict`, `sim harvest` and `sim cache` on large traces run for minutes.
 //! They draw a bar on stderr when stderr is a terminal and the output is not for
 //! a script (`--json`); otherwise the bar is hidden and nothing extra is
-//! written. Stdout is never touched, so the tables and JSON that tests and
-//! scripts parse are the same with or without a bar.
+//! written. Their one-line summaries on stderr follow the same rule (check
+//! [`interactive`] before printing one). Stdout is never touched, so the tables
+//! and JSON that tests and scripts parse are the same with or without a bar.
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -12,7 +13,8 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Whether a progress bar would be seen: stderr is a terminal and the caller
-/// is not `quiet` (e.g. `--json`).
+/// is not `quiet` (e.g. `--json`). Status lines meant only for a person
+/// watching (a run's summary on stderr) are printed under the same condition.
 pub fn interactive(quiet: bool) -> bool {
     !quiet && std::io::stderr().is_terminal()
 }

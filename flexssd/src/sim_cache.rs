@@ -156,12 +156,14 @@ pub fn run(a: &CacheArgs, wall: &dyn Clock) -> Result<()> {
             .map(|n| n.get())
             .unwrap_or(1)
     });
-    eprintln!(
-        "simulating {} tenant(s), {} run(s) on {} thread(s)...",
-        sources.len(),
-        jobs.len(),
-        threads.min(jobs.len())
-    );
+    if crate::progress::interactive(a.json) {
+        eprintln!(
+            "simulating {} tenant(s), {} run(s) on {} thread(s)...",
+            sources.len(),
+            jobs.len(),
+            threads.min(jobs.len())
+        );
+    }
     let progress = Bar {
         bar: crate::progress::bar(
             jobs.len() as u64,

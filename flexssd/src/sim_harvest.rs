@@ -126,10 +126,12 @@ pub fn run(a: &HarvestArgs, wall: &dyn Clock) -> Result<()> {
     }
     bar.finish_and_clear();
     let secs = wall.now().saturating_sub(t0) as f64 / SEC as f64;
-    eprintln!(
-        "simulated {} harvest tenants against {} regular tenants and {} unsold servers, {} h, in {secs:.2} s",
-        cfg.harvest, cfg.regular, cfg.unsold_hosts, cfg.hours
-    );
+    if crate::progress::interactive(a.json) {
+        eprintln!(
+            "simulated {} harvest tenants against {} regular tenants and {} unsold servers, {} h, in {secs:.2} s",
+            cfg.harvest, cfg.regular, cfg.unsold_hosts, cfg.hours
+        );
+    }
     if a.json {
         let out = Output {
             note: NOTE,
