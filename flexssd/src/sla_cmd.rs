@@ -567,7 +567,7 @@ impl Prober for FioProber {
     fn probe(&mut self, read_iops: f64, write_iops: f64, quantile: f64) -> control::Result<u64> {
         let (lat, got_r, got_w) = self
             .run(Some(read_iops), Some(write_iops), quantile)
-            .map_err(|e| control::ControlError::Invalid(format!("{e:#}")))?;
+            .map_err(|e| control::ControlError::Measure(format!("{e:#}")))?;
         // A load the device could not keep up with, in either direction, fails
         // the bound (allowing
         // for Poisson noise in a short run: three standard deviations).

@@ -169,7 +169,7 @@ pub fn measure_curve(prober: &mut dyn Prober, spec: &SearchSpec) -> Result<UnitC
         pts.push((w_max, 0.0));
     }
     let curve = Curve::from_samples(&pts)
-        .map_err(|e| ControlError::Invalid(format!("measured samples give no curve: {e}")))?;
+        .map_err(|e| ControlError::Measure(format!("measured samples give no curve: {e}")))?;
     Ok(UnitCurve {
         percentile: spec.percentile,
         bound_us: spec.bound_ns as f64 / 1e3,
@@ -234,7 +234,7 @@ impl EmulatedProber {
         };
         let dev = Arc::new(
             FlashDevice::open(&Backend::Memory, geo, timing)
-                .map_err(|e| ControlError::Invalid(format!("scratch device: {e}")))?,
+                .map_err(|e| ControlError::Measure(format!("scratch device: {e}")))?,
         );
         let extents: Vec<Extent> = (0..channels)
             .map(|c| Extent::whole_channel(&geo, c))
@@ -274,7 +274,7 @@ impl EmulatedProber {
             clock.clone(),
             Arc::new(MemCheckpoints::default()),
         )
-        .map_err(|e| ControlError::Invalid(format!("scratch vSSD: {e}")))?;
+        .map_err(|e| ControlError::Measure(format!("scratch vSSD: {e}")))?;
         let page = u64::from(geo.page_size);
         let pages = capacity / page;
         let dies = f64::from(channels * geo.dies_per_channel * geo.planes_per_die);
@@ -304,7 +304,7 @@ impl EmulatedProber {
             let done = self
                 .vssd
                 .write(lba * self.page, &buf, false)
-                .map_err(|e| ControlError::Invalid(format!("preconditioning: {e}")))?;
+                .map_err(|e| ControlError::Measure(format!("preconditioning: {e}")))?;
             // Keep the writer just behind the device, so no queue builds up.
             *t = (*t).max(done.saturating_sub(SEC / 1000));
             Ok(())
@@ -353,7 +353,7 @@ impl Prober for EmulatedProber {
                 let d = self
                     .vssd
                     .read(off, &mut buf)
-                    .map_err(|e| ControlError::Invalid(format!("probe read: {e}")))?;
+                    .map_err(|e| ControlError::Measure(format!("probe read: {e}")))?;
                 if t >= warm {
                     lat.push(d.saturating_sub(t));
                 }
@@ -363,7 +363,7 @@ impl Prober for EmulatedProber {
                 let d = self
                     .vssd
                     .write(off, &data, false)
-                    .map_err(|e| ControlError::Invalid(format!("probe write: {e}")))?;
+                    .map_err(|e| ControlError::Measure(format!("probe write: {e}")))?;
                 next_w += rng.exponential(1e9 / write_iops);
                 d
             };
@@ -457,6 +457,61 @@ mod tests {
             ..SearchSpec::default()
         };
         assert!(measure_curve(&mut p, &spec).is_err());
+    }
+
+    /// A prober whose device breaks after `ok` load points.
+    struct Breaks {
+        ok: u32,
+    }
+
+    impl Prober for Breaks {
+        fn probe(&mut self, _r: f64, _w: f64, _q: f64) -> Result<u64> {
+            if self.ok == 0 {
+                return Err(ControlError::Measure("probe read: flash: bad block".into()));
+            }
+            self.ok -= 1;
+            Ok(100_000)
+        }
+        fn ceilings(&self) -> (f64, f64) {
+            (1000.0, 100.0)
+        }
+    }
+
+    #[test]
+    fn a_bad_search_is_the_callers_fault_and_a_broken_run_the_daemons() {
+        use crate::ErrorKind;
+        let mut p = Linear {
+            r: 100.0,
+            w: 10.0,
+            calls: 0,
+        };
+        for spec in [
+            SearchSpec {
+                write_points: 1,
+                ..SearchSpec::default()
+            },
+            SearchSpec {
+                bound_ns: 0,
+                ..SearchSpec::default()
+            },
+            SearchSpec {
+                bound_ns: 50_000,
+                ..SearchSpec::default()
+            },
+        ] {
+            let e = measure_curve(&mut p, &spec).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::BadRequest, "{e}");
+        }
+        let geo = Geometry::default();
+        let e = EmulatedProber::new(geo, Timing::default(), 99, None, SEC, 1).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::BadRequest, "{e}");
+        let e = measure_curve(&mut Breaks { ok: 3 }, &SearchSpec::default()).unwrap_err();
+        assert!(matches!(e, ControlError::Measure(_)), "{e:?}");
+        assert_eq!(e.kind().http_status(), 500);
+        assert!(
+            e.to_string().contains("probe read: flash: bad block"),
+            "{e}"
+        );
     }
 
     #[test]

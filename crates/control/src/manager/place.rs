@@ -20,8 +20,9 @@ impl HostManager {
     ) -> Result<(DeviceRecord, Arc<FlashDevice>, Vec<Extent>)> {
         let st = self.state.read();
         if st.devices.is_empty() {
-            return Err(ControlError::Invalid(
-                "no flash devices are configured".into(),
+            // The request is fine; the daemon has nothing to serve it with.
+            return Err(ControlError::Config(
+                "no flash devices are configured: add a [[devices]] section and restart".into(),
             ));
         }
         if spec.blocks.is_some() && spec.channel_ids.is_none() {

@@ -136,7 +136,10 @@ impl HostManager {
                 if let Some(g) = &e.gate {
                     g.scheduler()
                         .set_tenant(name, sla.clone().unwrap_or_default())
-                        .map_err(|e| ControlError::Invalid(e.to_string()))?;
+                        .map_err(|e| ControlError::Scheduler {
+                            vssd: name.to_string(),
+                            message: e.to_string(),
+                        })?;
                 }
             }
         }

@@ -101,7 +101,7 @@ impl HostManager {
     pub(super) fn open_tiers(&self, config: &Config) -> Result<()> {
         for spec in &config.tiers {
             self.open_tier(config, spec)
-                .map_err(|e| ControlError::Config(format!("tier {:?}: {e}", spec.name)))?;
+                .map_err(|e| e.context(format!("tier {:?}", spec.name)))?;
         }
         Ok(())
     }
@@ -112,10 +112,10 @@ impl HostManager {
             let st = self.state.read();
             for v in &spec.volumes {
                 if st.vssds.contains_key(&v.name) {
-                    return Err(ControlError::Invalid(format!(
-                        "volume name {:?} is taken by a vSSD; rename the volume or delete the vSSD",
-                        v.name
-                    )));
+                    return Err(ControlError::TierVolumeTaken {
+                        tier: spec.name.clone(),
+                        volume: v.name.clone(),
+                    });
                 }
             }
         }
@@ -133,7 +133,7 @@ impl HostManager {
                 capacity: spec.cache_size,
                 ..VssdSpec::default()
             })
-            .map_err(|e| ControlError::Invalid(format!("creating its cache vSSD: {e}")))?;
+            .map_err(|e| e.context("creating its cache vSSD"))?;
         let cache_dev = self
             .export_dev(&cache_name)
             .ok_or_else(|| ControlError::NoSuchVssd(cache_name.clone()))?;
@@ -508,8 +508,23 @@ mod tests {
         m.shutdown().unwrap();
         drop(m);
         let e = HostManager::open(&config(&d, "file", TIER), Arc::new(VirtualClock::new(0)))
-            .unwrap_err()
-            .to_string();
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+        let e = e.to_string();
         assert!(e.contains("volume name \"a\" is taken by a vSSD"), "{e}");
+        assert!(e.starts_with("tier \"t0\": "), "{e}");
+    }
+
+    #[test]
+    fn a_cache_vssd_that_cannot_be_placed_keeps_its_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = manager(&dir, &TIER.replace("channels = 1", "channels = 9")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NoSpace, "{e}");
+        assert!(
+            e.to_string().starts_with(
+                "tier \"t0\": creating its cache vSSD: not enough free channels: 9 requested"
+            ),
+            "{e}"
+        );
     }
 }
