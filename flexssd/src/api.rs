@@ -25,7 +25,7 @@
 //! | `PUT /v1/tiers/{name}/policy` | change a tier's policy live (body: `{"policy": "grem"}`) |
 //! | `PUT /v1/tiers/{name}/size` | resize a tier's cache live (body: `{"size": "64M"}`) |
 //! | `GET /v1/harvest` | the harvester: settings, gSSD counts, events by kind |
-//! | `POST /v1/harvest/tick` | run one harvester period now (otherwise every `tick_ms`) |
+//! | `POST /v1/harvest/tick` | run one harvester period now (otherwise every `tick_ms`); 409 while the harvester is off, 500 if the period fails |
 //! | `GET /v1/gssds` | every gSSD: shape, expiry, home, volume, state |
 //! | `GET /v1/harvest/volumes`, `GET /v1/harvest/volumes/{name}` | harvest volumes: segments, migrations, eviction deadline |
 //! | `POST /v1/harvest/volumes` | a harvest tenant asks for flash (body: [`control::HarvestRequest`]) |
@@ -43,7 +43,7 @@ use axum::http::{header, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use control::{Config, ControlError, ErrorKind, HostManager, Mode, VssdInfo, VssdSpec, VssdStats};
+use control::{Config, ControlError, HostManager, Mode, VssdInfo, VssdSpec, VssdStats};
 use serde::{Deserialize, Serialize};
 
 /// What `GET /v1/info` reports: where the daemon serves.
@@ -106,13 +106,8 @@ impl IntoResponse for ApiError {
 
 impl From<ControlError> for ApiError {
     fn from(e: ControlError) -> Self {
-        let status = match e.kind() {
-            ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
-            ErrorKind::NotFound => StatusCode::NOT_FOUND,
-            ErrorKind::Conflict => StatusCode::CONFLICT,
-            ErrorKind::NoSpace => StatusCode::INSUFFICIENT_STORAGE,
-            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        };
+        let status = StatusCode::from_u16(e.kind().http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         ApiError(status, e.to_string())
     }
 }
@@ -340,15 +335,8 @@ async fn harvest_status(State(st): State<Shared>) -> Json<control::HarvestStatus
 }
 
 async fn harvest_tick(State(st): State<Shared>) -> ApiResult<Json<serde_json::Value>> {
-    let n = blocking(&st, |m| {
-        if !m.harvest_settings().enabled {
-            return Err(ControlError::Invalid(
-                "the harvester is off: set [harvest] enabled = true".into(),
-            ));
-        }
-        m.harvest_tick()
-    })
-    .await?;
+    // 409 while the harvester is off; 500 for any failure of the period.
+    let n = blocking(&st, |m| m.harvest_tick_now()).await?;
     Ok(Json(serde_json::json!({ "events": n })))
 }
 

@@ -123,7 +123,7 @@ pub fn harvest(a: &HarvestArgs, api: &str) -> Result<()> {
                 if s.enabled {
                     format!("on, every {} ms", s.settings.tick_ms)
                 } else {
-                    "off ([harvest] enabled = false)".into()
+                    "off: set [harvest] enabled = true in the daemon's config and restart it (see docs/config.md)".into()
                 }
             );
             println!(

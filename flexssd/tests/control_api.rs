@@ -504,6 +504,20 @@ fn http_api_status_codes_and_errors() {
     let (code, v) = d.http("DELETE", "/v1/vssds/a", None);
     assert_eq!((code, &v["deleted"]), (200, &json!("a")));
     assert_eq!(d.http("GET", "/v1/vssds/a", None).0, 404);
+    // The harvester is off by default: a tick on request is a conflict with
+    // the daemon's state (not bad input), and the message says how to turn it on.
+    let (code, v) = d.http("POST", "/v1/harvest/tick", None);
+    assert_eq!(code, 409, "{v}");
+    let msg = v["error"].as_str().unwrap();
+    assert!(
+        msg.contains("harvester is off") && msg.contains("enabled = true"),
+        "{msg}"
+    );
+    let out = d.ok(&["harvest", "status"]);
+    assert!(
+        out.contains("harvester: off: set [harvest] enabled = true") && out.contains("restart"),
+        "{out}"
+    );
 }
 
 #[test]

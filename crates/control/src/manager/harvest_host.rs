@@ -207,6 +207,16 @@ impl HostManager {
         self.harvester.tick(self)
     }
 
+    /// One period on request (`POST /v1/harvest/tick`): refuses with
+    /// [`ControlError::HarvesterOff`] while the harvester is off, and reports
+    /// any failure of the period as [`ControlError::HarvestTick`] (HTTP 500).
+    pub fn harvest_tick_now(&self) -> Result<usize> {
+        if !self.harvest_settings().enabled {
+            return Err(ControlError::HarvesterOff);
+        }
+        self.harvest_tick().map_err(ControlError::in_harvest_tick)
+    }
+
     /// A harvest tenant asks for flash (see [`crate::harvester::Harvester::create_volume`]).
     pub fn harvest_volume_create(&self, req: &HarvestRequest) -> Result<HarvestVolumeInfo> {
         let _g = self.lifecycle.lock();

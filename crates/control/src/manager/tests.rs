@@ -408,6 +408,38 @@ fn bad_initial_vssd_is_a_config_error() {
     assert!(e.contains("big") && e.contains("9 requested"), "{e}");
 }
 
+#[test]
+fn a_tick_on_request_with_the_harvester_off_says_how_to_turn_it_on() {
+    let m = mem_manager("");
+    assert!(!m.harvest_settings().enabled);
+    let e = m.harvest_tick_now().unwrap_err();
+    assert!(matches!(e, ControlError::HarvesterOff), "{e:?}");
+    assert_eq!(e.kind().http_status(), 409);
+    assert!(
+        e.to_string()
+            .contains("set `enabled = true` in the [harvest] section"),
+        "{e}"
+    );
+    // The periodic tick just does nothing.
+    assert_eq!(m.harvest_tick().unwrap(), 0);
+}
+
+#[test]
+fn a_host_without_devices_is_a_configuration_error_not_a_bad_request() {
+    let cfg = Config::from_toml("data_dir = \"/nonexistent\"").unwrap();
+    let m = HostManager::open_with(
+        &cfg,
+        Arc::new(VirtualClock::new(0)),
+        ControlStore::memory().unwrap(),
+        Arc::new(MemCheckpoints::default()),
+    )
+    .unwrap();
+    let e = m.create_vssd(&spec("a", 1)).unwrap_err();
+    assert!(matches!(e, ControlError::Config(_)), "{e:?}");
+    assert_eq!(e.kind(), ErrorKind::Internal);
+    assert!(e.to_string().contains("no flash devices"), "{e}");
+}
+
 fn pattern(i: u64) -> Vec<u8> {
     (0..4096u64).map(|j| (i * 31 + j) as u8).collect()
 }
