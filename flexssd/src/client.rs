@@ -153,9 +153,11 @@ pub fn vssd(c: &Client, cmd: &VssdCmd) -> Result<()> {
             device,
             sla,
             role,
+            tenant,
         } => {
             let spec = VssdSpec {
                 role: *role,
+                tenant: tenant.clone(),
                 sla: sla.to_sla()?,
                 name: name.clone(),
                 device: device.clone(),

@@ -170,6 +170,10 @@ enum VssdCmd {
         /// harvested) or harvest (may ask for harvest volumes).
         #[arg(long, value_name = "regular|harvest", default_value = "regular")]
         role: control::TenantRole,
+        /// The tenant that owns it: with NBD TLS, only the client whose PSK
+        /// username or certificate name is this tenant lists and opens it.
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// List vSSDs.
     List {

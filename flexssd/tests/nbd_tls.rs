@@ -6,16 +6,17 @@ mod support;
 
 use std::process::Command;
 
-use support::{have, Daemon, SMALL_DEVICE};
+use support::{cli_ok, have, Daemon, SMALL_DEVICE};
 
 const KEY: &str = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed";
+const KEY_B: &str = "b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5b5";
 
 #[test]
 fn the_daemon_serves_nbd_over_tls_only() {
     require!(have("nbdinfo"), "nbdinfo (libnbd-bin) is not installed");
     let keys_dir = tempfile::tempdir().unwrap();
     let keys = keys_dir.path().join("keys.psk");
-    std::fs::write(&keys, format!("tenant-a:{KEY}\n")).unwrap();
+    std::fs::write(&keys, format!("tenant-a:{KEY}\ntenant-b:{KEY_B}\n")).unwrap();
     let d = Daemon::start_nbd(
         SMALL_DEVICE,
         &format!(
@@ -45,6 +46,72 @@ fn the_daemon_serves_nbd_over_tls_only() {
             .parse::<u64>()
             .unwrap()
             > 0
+    );
+    // Each tenant lists its own vSSDs and the shared one (`default`), never
+    // the other's, and cannot open the other's.
+    cli_ok(
+        &d,
+        &[
+            "vssd",
+            "create",
+            "a-db",
+            "--channels",
+            "1",
+            "--tenant",
+            "tenant-a",
+        ],
+    );
+    cli_ok(
+        &d,
+        &[
+            "vssd",
+            "create",
+            "b-db",
+            "--channels",
+            "1",
+            "--tenant",
+            "tenant-b",
+        ],
+    );
+    let uri = |who: &str, export: &str| {
+        format!(
+            "nbds+unix://{who}@/{export}?socket={}&tls-psk-file={}",
+            d.sock.display(),
+            keys.display()
+        )
+    };
+    let list = |who: &str| {
+        let out = Command::new("nbdinfo")
+            .args(["--list", "--json", &uri(who, "")])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let a = list("tenant-a");
+    assert!(
+        a.contains("\"a-db\"") && a.contains("\"default\"") && !a.contains("b-db"),
+        "{a}"
+    );
+    let b = list("tenant-b");
+    assert!(b.contains("\"b-db\"") && !b.contains("a-db"), "{b}");
+    let out = Command::new("nbdinfo")
+        .arg(uri("tenant-a", "b-db"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "tenant-a opened tenant-b's vSSD");
+    let out = Command::new("nbdinfo")
+        .arg(uri("tenant-b", "b-db"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     // Plaintext is refused.
     let out = Command::new("nbdinfo")

@@ -50,6 +50,11 @@ pub enum ControlError {
         "invalid vSSD name {0:?}: a name is 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-'"
     )]
     InvalidName(String),
+    /// A tenant name that cannot be a TLS identity.
+    #[error(
+        "invalid tenant name {0:?}: a tenant is 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-'"
+    )]
+    InvalidTenant(String),
     /// A vSSD of that name exists already.
     #[error("a vSSD named {0:?} already exists")]
     Duplicate(String),
@@ -243,7 +248,9 @@ impl ControlError {
     pub fn kind(&self) -> ErrorKind {
         use ControlError::*;
         match self {
-            InvalidName(_) | CapacityTooLarge { .. } | Invalid(_) => ErrorKind::BadRequest,
+            InvalidName(_) | InvalidTenant(_) | CapacityTooLarge { .. } | Invalid(_) => {
+                ErrorKind::BadRequest
+            }
             Config(_) | Measure(_) | Scheduler { .. } | HarvestTick(_) => ErrorKind::Internal,
             Context { source, .. } => source.kind(),
             NoSuchVssd(_) | NoSuchDevice(_) | NoSuchTier(_) | NoSuchHarvestVolume(_) => {

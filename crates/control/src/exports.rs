@@ -43,15 +43,25 @@ pub struct Wrapped {
     pub io: Arc<IoStats>,
 }
 
+/// What is published under an export name.
 #[derive(Clone)]
-struct Entry {
-    kind: ExportKind,
+pub struct Publish {
+    /// vSSD, tier volume or harvest volume.
+    pub kind: ExportKind,
     /// Order among the vSSDs for the default export (`""`): lowest first.
-    order: u64,
-    description: String,
-    dev: Arc<dyn BlockDev>,
-    gate: Option<Arc<dyn Gate>>,
+    pub order: u64,
+    /// Sent in `NBD_OPT_LIST` and `NBD_INFO_DESCRIPTION`.
+    pub description: String,
+    /// The device, already [`wrapped`](Exports::wrap).
+    pub dev: Arc<dyn BlockDev>,
+    /// Admission control, if any.
+    pub gate: Option<Arc<dyn Gate>>,
+    /// The tenant that owns it; with NBD TLS only that tenant lists and opens
+    /// it (`nbd::tls::may_open`). `None`: shared.
+    pub owner: Option<String>,
 }
+
+type Entry = Publish;
 
 /// The host's exports, by name.
 pub struct Exports {
@@ -97,27 +107,9 @@ impl Exports {
         }
     }
 
-    /// Publishes `dev` (already [`wrapped`](Self::wrap)) as `name`; replaces an
-    /// export of that name. `order` ranks vSSDs for the default export.
-    pub fn add(
-        &self,
-        name: &str,
-        kind: ExportKind,
-        order: u64,
-        description: String,
-        dev: Arc<dyn BlockDev>,
-        gate: Option<Arc<dyn Gate>>,
-    ) {
-        self.map.write().insert(
-            name.to_string(),
-            Entry {
-                kind,
-                order,
-                description,
-                dev,
-                gate,
-            },
-        );
+    /// Publishes an export as `name`; replaces an export of that name.
+    pub fn add(&self, name: &str, export: Publish) {
+        self.map.write().insert(name.to_string(), export);
     }
 
     /// Withdraws `name`: new handshakes no longer find it (open connections keep
@@ -158,7 +150,7 @@ impl Exports {
                 Mode::Emulation => Some(self.clock.clone()),
             },
             gate: e.gate.clone(),
-            owner: None,
+            owner: e.owner.clone(),
         }
     }
 }
@@ -193,7 +185,7 @@ impl nbd::ExportRegistry for Exports {
             .map(|(_, n, e)| nbd::Listing {
                 name: n.clone(),
                 description: e.description.clone(),
-                owner: None,
+                owner: e.owner.clone(),
             })
             .collect()
     }
@@ -217,47 +209,62 @@ mod tests {
         let w = ex.wrap(dev());
         ex.add(
             "zz",
-            ExportKind::HarvestVolume,
-            0,
-            "h".into(),
-            w.export,
-            None,
+            Publish {
+                kind: ExportKind::HarvestVolume,
+                order: 0,
+                description: "h".into(),
+                dev: w.export,
+                gate: None,
+                owner: None,
+            },
         );
         ex.add(
             "b",
-            ExportKind::Vssd,
-            7,
-            "b".into(),
-            ex.wrap(dev()).export,
-            None,
+            Publish {
+                kind: ExportKind::Vssd,
+                order: 7,
+                description: "b".into(),
+                dev: ex.wrap(dev()).export,
+                gate: None,
+                owner: None,
+            },
         );
         ex.add(
             "a",
-            ExportKind::Vssd,
-            9,
-            "a".into(),
-            ex.wrap(dev()).export,
-            None,
+            Publish {
+                kind: ExportKind::Vssd,
+                order: 9,
+                description: "a".into(),
+                dev: ex.wrap(dev()).export,
+                gate: None,
+                owner: None,
+            },
         );
         ex.add(
             "t",
-            ExportKind::TierVolume,
-            0,
-            "t".into(),
-            ex.wrap(dev()).export,
-            None,
+            Publish {
+                kind: ExportKind::TierVolume,
+                order: 0,
+                description: "t".into(),
+                dev: ex.wrap(dev()).export,
+                gate: None,
+                owner: None,
+            },
         );
         assert_eq!(ex.lookup("").unwrap().name, "b", "lowest order among vSSDs");
         ex.add(
             "default",
-            ExportKind::Vssd,
-            99,
-            "d".into(),
-            ex.wrap(dev()).export,
-            None,
+            Publish {
+                kind: ExportKind::Vssd,
+                order: 99,
+                description: "d".into(),
+                dev: ex.wrap(dev()).export,
+                gate: None,
+                owner: None,
+            },
         );
         assert_eq!(ex.lookup("").unwrap().name, "default");
-        let names: Vec<String> = ex.list().into_iter().map(|(n, _)| n).collect();
+        let names: Vec<String> = ex.list().into_iter().map(|l| l.name).collect();
         assert_eq!(names, ["a", "b", "default", "t", "zz"]);
         assert_eq!(ex.names(ExportKind::HarvestVolume), ["zz"]);
         ex.remove("zz");

@@ -25,7 +25,7 @@ use parking_lot::{Mutex, RwLock};
 use tracing::{info, warn};
 
 use crate::config::{valid_name, SchedulerSettings};
-use crate::exports::{ExportKind, Exports};
+use crate::exports::{ExportKind, Exports, Publish};
 use crate::harvester::{Harvester, ReclaimHook};
 use crate::store::{DeviceRecord, VssdRecord, VssdState};
 use crate::{format_size, BlockRange, Config, ControlError, ControlStore, Mode, Result, VssdSpec};
@@ -391,11 +391,14 @@ impl HostManager {
             // vSSD when it takes it.
             self.exports.add(
                 &rec.name,
-                ExportKind::Vssd,
-                u64::from(rec.id),
-                Self::describe(&rec),
-                export.clone(),
-                gate.clone().map(|g| Arc::new(g) as Arc<dyn blockdev::Gate>),
+                Publish {
+                    kind: ExportKind::Vssd,
+                    order: u64::from(rec.id),
+                    description: Self::describe(&rec),
+                    dev: export.clone(),
+                    gate: gate.clone().map(|g| Arc::new(g) as Arc<dyn blockdev::Gate>),
+                    owner: rec.tenant.clone(),
+                },
             );
         }
         st.vssds.insert(
@@ -484,6 +487,9 @@ impl HostManager {
         if !valid_name(&spec.name) {
             return Err(ControlError::InvalidName(spec.name.clone()));
         }
+        if let Some(t) = spec.tenant.as_deref().filter(|t| !valid_name(t)) {
+            return Err(ControlError::InvalidTenant(t.to_string()));
+        }
         if let Some(sla) = &spec.sla {
             Self::check_sla(&spec.name, sla)?;
         }
@@ -570,6 +576,7 @@ impl HostManager {
                 crate::config::TenantRole::Harvest => crate::store::TenantKind::Harvest,
             },
             lent: Vec::new(),
+            tenant: spec.tenant.clone(),
         })?;
         let vssd = self.build_recorded(dev, &mut rec)?;
         if let Err(e) = self.store.put_vssd(&rec) {

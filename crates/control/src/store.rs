@@ -84,6 +84,10 @@ pub struct VssdRecord {
     /// free blocks, harvested); its FTL never touches them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lent: Vec<Extent>,
+    /// The tenant that owns it: with NBD TLS, only that tenant's identity lists
+    /// and opens its export. `None`: shared (records from before tenants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// What a vSSD is for, in BlockFlex's terms.
@@ -407,6 +411,7 @@ mod tests {
             sla: None,
             kind: Default::default(),
             lent: Vec::new(),
+            tenant: None,
         }
     }
 

@@ -76,6 +76,9 @@ pub struct TierVolumeSpec {
     pub name: String,
     /// Size, a multiple of 4 KiB.
     pub size: ByteSize,
+    /// The tenant that owns it (see [`VssdSpec::tenant`](crate::VssdSpec::tenant)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 fn default_policy() -> PolicyKind {
@@ -173,6 +176,11 @@ pub(crate) fn validate(cfg: &Config) -> Result<()> {
                 return err(format!(
                     "tiers[{i}].volumes[{j}].name {:?}: use 1-64 characters of A-Z, a-z, 0-9, '.', '_', '-'",
                     v.name
+                ));
+            }
+            if let Some(t) = v.tenant.as_deref().filter(|t| !valid_name(t)) {
+                return err(format!(
+                    "tiers[{i}].volumes[{j}].tenant {t:?}: use 1-64 characters of A-Z, a-z, 0-9, '.', '_', '-'"
                 ));
             }
             if !exports.insert(v.name.clone()) {

@@ -68,6 +68,11 @@ pub struct VssdSpec {
     /// Regular or harvest tenant. Default `regular`.
     #[serde(default)]
     pub role: TenantRole,
+    /// The tenant that owns it (a PSK username or a client certificate's
+    /// common name): with NBD TLS only that tenant lists and opens it. Default:
+    /// none, shared with every client the TLS mode lets in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// Checks that `name` can be an NBD export name: 1-64 characters of `[A-Za-z0-9._-]`.
@@ -87,6 +92,11 @@ pub(super) fn validate(vssds: &[VssdSpec], devices: &HashSet<&str>) -> Result<()
             return Err(format!(
                 "vssds[{i}].name {:?}: use 1-64 characters of A-Z, a-z, 0-9, '.', '_', '-'",
                 v.name
+            ));
+        }
+        if let Some(t) = v.tenant.as_deref().filter(|t| !valid_name(t)) {
+            return Err(format!(
+                "vssds[{i}].tenant {t:?}: use 1-64 characters of A-Z, a-z, 0-9, '.', '_', '-'"
             ));
         }
         if !names.insert(v.name.as_str()) {

@@ -141,6 +141,8 @@ pub trait HarvestHost {
     fn is_harvest_tenant(&self, name: &str) -> Result<bool>;
     /// Whether a vSSD or tier owns `name` already.
     fn name_taken(&self, name: &str) -> bool;
+    /// The tenant that owns vSSD `name` (its exports go to that tenant only).
+    fn tenant_of(&self, name: &str) -> Option<String>;
     /// Every gSSD vSSD the host recorded, with its FTL (at start-up).
     fn ghosts(&self) -> Vec<(VssdRecord, Arc<Vssd>)>;
     /// Empties `blocks` per plane at the top of `home`'s extent on each of

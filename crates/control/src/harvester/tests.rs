@@ -177,6 +177,25 @@ fn unsold_channels_and_idle_free_blocks_become_gssds() {
 }
 
 #[test]
+fn a_harvest_volume_belongs_to_its_harvest_tenants_owner() {
+    let h = mem("");
+    regular(&h.m, "reg", &[0, 1]);
+    h.m.create_vssd(&VssdSpec {
+        name: "hv".into(),
+        channel_ids: Some(vec![2, 3]),
+        role: crate::config::TenantRole::Harvest,
+        tenant: Some("carol".into()),
+        ..Default::default()
+    })
+    .unwrap();
+    h.m.harvest_tick().unwrap();
+    h.m.harvest_volume_create(&req("v1", "hv", 1, 1, 120))
+        .unwrap();
+    assert_eq!(h.m.lookup("v1").unwrap().owner.as_deref(), Some("carol"));
+    assert_eq!(h.m.lookup("reg").unwrap().owner, None);
+}
+
+#[test]
 fn a_volume_is_served_by_best_fit_and_released_erased() {
     let h = mem("");
     regular(&h.m, "reg", &[0, 1]);
@@ -660,7 +679,7 @@ fn the_harvester_reaches_exports_only_through_the_registry() {
         .unwrap();
     let names: Vec<String> = ExportRegistry::list(&h.m)
         .into_iter()
-        .map(|(n, _)| n)
+        .map(|l| l.name)
         .collect();
     assert_eq!(
         names,

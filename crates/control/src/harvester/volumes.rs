@@ -16,7 +16,7 @@ use super::api::{
 };
 use super::{blocks_for, priority, secs, HarvestHost, HarvestState, Harvester, Outgoing, VolumeRt};
 use crate::config::valid_name;
-use crate::exports::ExportKind;
+use crate::exports::{ExportKind, Publish};
 use crate::store::{HarvestVolumeRecord, SegmentRecord};
 use crate::{format_size, ControlError, Mode, Result};
 
@@ -50,18 +50,22 @@ impl Harvester {
         let Some(v) = st.volumes.get(name) else {
             return;
         };
+        let owner = host.tenant_of(&v.rec.tenant);
         host.exports().add(
             name,
-            ExportKind::HarvestVolume,
-            v.rec.id,
-            format!(
-                "flexssd harvest volume of {}, {} on {} gSSD(s)",
-                v.rec.tenant,
-                format_size(v.rec.size_bytes),
-                v.rec.segments.len()
-            ),
-            v.export.clone(),
-            v.gate.clone().map(|g| g as Arc<dyn Gate>),
+            Publish {
+                kind: ExportKind::HarvestVolume,
+                order: v.rec.id,
+                description: format!(
+                    "flexssd harvest volume of {}, {} on {} gSSD(s)",
+                    v.rec.tenant,
+                    format_size(v.rec.size_bytes),
+                    v.rec.segments.len()
+                ),
+                dev: v.export.clone(),
+                gate: v.gate.clone().map(|g| g as Arc<dyn Gate>),
+                owner,
+            },
         );
     }
 

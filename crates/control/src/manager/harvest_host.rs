@@ -61,6 +61,10 @@ impl HarvestHost for HostManager {
         st.vssds.contains_key(name) || st.tier_owning(name).is_some()
     }
 
+    fn tenant_of(&self, name: &str) -> Option<String> {
+        self.state.read().vssds.get(name)?.rec.tenant.clone()
+    }
+
     fn ghosts(&self) -> Vec<(VssdRecord, Arc<Vssd>)> {
         self.state
             .read()
@@ -111,6 +115,7 @@ impl HarvestHost for HostManager {
             sla: None,
             kind: TenantKind::Ghost(meta),
             lent: Vec::new(),
+            tenant: None,
         })?;
         let vssd = self.build_recorded(dev, &mut rec)?;
         self.store.put_vssd(&rec)?;

@@ -343,7 +343,7 @@ fn export_registry_serves_active_vssds() {
     assert_eq!(
         ExportRegistry::list(&m)
             .into_iter()
-            .map(|(n, _)| n)
+            .map(|l| l.name)
             .collect::<Vec<_>>(),
         names
     );
@@ -572,6 +572,7 @@ fn interrupted_create_is_undone_at_startup() {
                 sla: None,
                 kind: Default::default(),
                 lent: Vec::new(),
+                tenant: None,
             })
             .unwrap();
     }

@@ -21,7 +21,7 @@ use tracing::info;
 
 use super::{channels_of, HostManager, State};
 use crate::config::TierSpec;
-use crate::exports::ExportKind;
+use crate::exports::{ExportKind, Publish};
 use crate::{format_size, Config, ControlError, Result, VssdSpec};
 
 /// What the API and the CLI show about a tier.
@@ -62,6 +62,7 @@ pub(super) struct TierVolumeEntry {
     name: String,
     export: Arc<dyn BlockDev>,
     io: Arc<IoStats>,
+    tenant: Option<String>,
 }
 
 pub(super) struct TierEntry {
@@ -172,12 +173,14 @@ impl HostManager {
         let volumes: Vec<TierVolumeEntry> = tier
             .volumes()
             .iter()
-            .map(|v| {
+            .zip(&spec.volumes)
+            .map(|(v, vs)| {
                 let w = self.exports.wrap(v.clone());
                 TierVolumeEntry {
                     name: v.name().to_string(),
                     export: w.export,
                     io: w.io,
+                    tenant: vs.tenant.clone(),
                 }
             })
             .collect();
@@ -196,11 +199,14 @@ impl HostManager {
         for v in &entry.volumes {
             self.exports.add(
                 &v.name,
-                ExportKind::TierVolume,
-                0,
-                Self::describe_tier_volume(&spec.name, &entry, v),
-                v.export.clone(),
-                None,
+                Publish {
+                    kind: ExportKind::TierVolume,
+                    order: 0,
+                    description: Self::describe_tier_volume(&spec.name, &entry, v),
+                    dev: v.export.clone(),
+                    gate: None,
+                    owner: v.tenant.clone(),
+                },
             );
         }
         self.state.write().tiers.insert(spec.name.clone(), entry);
@@ -356,7 +362,7 @@ mod tests {
         let m = manager(&dir, TIER).unwrap();
         let names: Vec<String> = ExportRegistry::list(&m)
             .into_iter()
-            .map(|(n, _)| n)
+            .map(|l| l.name)
             .collect();
         assert_eq!(names, ["default", "a", "b"]);
         assert!(

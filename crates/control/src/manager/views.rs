@@ -41,6 +41,9 @@ pub struct VssdInfo {
     /// Blocks it lends to a gSSD.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lent: Vec<Extent>,
+    /// The tenant that owns it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// Counters of one vSSD: FTL statistics plus the request counters seen by its export.
@@ -117,6 +120,7 @@ impl HostManager {
             sla: rec.sla.clone(),
             kind: rec.kind.clone(),
             lent: rec.lent.clone(),
+            tenant: rec.tenant.clone(),
         }
     }
 
