@@ -376,16 +376,21 @@ impl HostManager {
         Ok((d.dev.clone(), d.rec.backend.clone()))
     }
 
-    fn insert_entry(&self, rec: VssdRecord, vssd: Arc<Vssd>) {
+    fn insert_entry(&self, rec: VssdRecord, vssd: Arc<Vssd>, publish: bool) {
         let mut st = self.state.write();
-        self.insert_entry_locked(&mut st, rec, vssd);
+        self.insert_entry_locked(&mut st, rec, vssd, publish);
     }
 
-    fn insert_entry_locked(&self, st: &mut State, rec: VssdRecord, vssd: Arc<Vssd>) {
+    /// Records a vSSD's runtime entry; an active, non-ghost vSSD is also
+    /// exported unless `publish` is false (a tier's cache vSSD is the tier's
+    /// alone, and never visible to NBD clients, not even for a moment).
+    fn insert_entry_locked(&self, st: &mut State, rec: VssdRecord, vssd: Arc<Vssd>, publish: bool) {
         let w = self.exports.wrap(vssd.clone());
         let (export, io) = (w.export, w.io);
         let gate = self.attach_gate(st, &rec);
-        if rec.state == VssdState::Active && !matches!(rec.kind, crate::store::TenantKind::Ghost(_))
+        if publish
+            && rec.state == VssdState::Active
+            && !matches!(rec.kind, crate::store::TenantKind::Ghost(_))
         {
             // gSSDs are never exported on their own; a tier hides its cache
             // vSSD when it takes it.
@@ -425,7 +430,7 @@ impl HostManager {
             Vssd::open(dev, cfg, self.clock.clone(), self.ckpt.clone())?
         };
         info!(vssd = %rec.name, device = %rec.device, channels = %channel_list(&channels_of(&rec.extents)), "vSSD recovered");
-        self.insert_entry(rec, vssd);
+        self.insert_entry(rec, vssd, true);
         Ok(())
     }
 
@@ -483,6 +488,11 @@ impl HostManager {
 
     /// Creates a vSSD (see [`VssdSpec`] for the choices and their defaults).
     pub fn create_vssd(&self, spec: &VssdSpec) -> Result<VssdInfo> {
+        self.create_vssd_as(spec, true)
+    }
+
+    /// [`Self::create_vssd`]; with `publish` false the vSSD is not exported.
+    pub(super) fn create_vssd_as(&self, spec: &VssdSpec, publish: bool) -> Result<VssdInfo> {
         let _g = self.lifecycle.lock();
         if !valid_name(&spec.name) {
             return Err(ControlError::InvalidName(spec.name.clone()));
@@ -587,7 +597,7 @@ impl HostManager {
         info!(vssd = %rec.name, device = %rec.device, channels = %channel_list(&channels_of(&rec.extents)),
               capacity = rec.capacity_bytes, "vSSD created");
         let info = Self::info(&rec);
-        self.insert_entry(rec, vssd);
+        self.insert_entry(rec, vssd, publish);
         Ok(info)
     }
 

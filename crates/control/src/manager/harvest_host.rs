@@ -125,7 +125,7 @@ impl HarvestHost for HostManager {
             capacity_bytes: rec.capacity_bytes,
             vssd: vssd.clone(),
         };
-        self.insert_entry(rec, vssd);
+        self.insert_entry(rec, vssd, false);
         Ok(ghost)
     }
 
@@ -169,7 +169,7 @@ impl HarvestHost for HostManager {
         )?;
         let mut st = self.state.write();
         st.vssds.remove(name);
-        self.insert_entry_locked(&mut st, entry.rec, vssd.clone());
+        self.insert_entry_locked(&mut st, entry.rec, vssd.clone(), false);
         Ok(vssd)
     }
 

@@ -124,16 +124,20 @@ impl HostManager {
             info!(tier = %spec.name, vssd = %cache_name, "erasing the tier's old cache vSSD");
             self.delete_vssd(&cache_name)?;
         }
+        // The cache vSSD is the tier's alone: never exported.
         let info = self
-            .create_vssd(&VssdSpec {
-                name: cache_name.clone(),
-                device: spec.device.clone(),
-                channels: spec.channels,
-                channel_ids: spec.channel_ids.clone(),
-                blocks: spec.blocks,
-                capacity: spec.cache_size,
-                ..VssdSpec::default()
-            })
+            .create_vssd_as(
+                &VssdSpec {
+                    name: cache_name.clone(),
+                    device: spec.device.clone(),
+                    channels: spec.channels,
+                    channel_ids: spec.channel_ids.clone(),
+                    blocks: spec.blocks,
+                    capacity: spec.cache_size,
+                    ..VssdSpec::default()
+                },
+                false,
+            )
             .map_err(|e| e.context("creating its cache vSSD"))?;
         let cache_dev = self
             .export_dev(&cache_name)
@@ -168,8 +172,6 @@ impl HostManager {
             self.clock.clone(),
         )
         .map_err(tier_err)?;
-        // The cache vSSD is the tier's alone: not an export.
-        self.exports.remove(&cache_name);
         let volumes: Vec<TierVolumeEntry> = tier
             .volumes()
             .iter()
