@@ -8,10 +8,12 @@
 //! doubles as the reference documentation (`flexssd config default` prints it).
 //!
 //! This file holds the top level: the whole [`Config`], how it is loaded and
-//! checked, and the small server sections (`[api]`, `[nbd]`). Each larger
-//! section has a file of its own, with its types, defaults and checks, so that
-//! a section can be read and changed without the others:
+//! checked. Each section has a file of its own, with its types, defaults and
+//! checks, so that a section can be read and changed without the others:
 //!
+//! * `api`: `[api]`, the HTTP API's address, authentication, HTTPS and limits
+//!   ([`ApiConfig`]);
+//! * `nbd`: `[nbd]`, the NBD server's sockets, TLS and limits ([`NbdConfig`]);
 //! * `config/default.toml`: the built-in configuration, [`DEFAULT_CONFIG`], kept
 //!   as a plain TOML file so it reads (and diffs) like the file a user writes;
 //! * `devices`: `[[devices]]` and `[devices.scheduler]` ([`DeviceConfig`],
@@ -21,7 +23,6 @@
 //! * `tiers`: `[[tiers]]`, shared flash cache tiers ([`TierSpec`]);
 //! * `harvest`: `[harvest]`, BlockFlex storage harvesting ([`HarvestSettings`]).
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use flash::Backend;
@@ -29,11 +30,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::{ControlError, Result};
 
+mod api;
 mod devices;
 mod harvest;
 mod nbd;
 mod tiers;
 mod vssds;
+pub use api::{ApiAuth, ApiConfig};
 pub use devices::{BackendKind, DeviceConfig, SchedulerSettings};
 pub use harvest::{HarvestSettings, LendPolicyKind, UnsoldPolicyKind};
 pub use nbd::{NbdConfig, NbdTls};
@@ -109,27 +112,6 @@ fn default_data_dir() -> PathBuf {
     PathBuf::from("./flexssd-data")
 }
 
-/// HTTP API settings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ApiConfig {
-    /// Address the HTTP API listens on. Default `127.0.0.1:8740`.
-    #[serde(default = "default_api_listen")]
-    pub listen: SocketAddr,
-}
-
-fn default_api_listen() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 8740))
-}
-
-impl Default for ApiConfig {
-    fn default() -> Self {
-        Self {
-            listen: default_api_listen(),
-        }
-    }
-}
-
 impl Default for Config {
     /// The built-in configuration, [`DEFAULT_CONFIG`].
     fn default() -> Self {
@@ -162,6 +144,7 @@ impl Config {
     pub fn validate(&self) -> Result<()> {
         self.harvest.validate().map_err(ControlError::Config)?;
         self.nbd.validate().map_err(ControlError::Config)?;
+        self.api.validate().map_err(ControlError::Config)?;
         let devices = devices::validate(&self.devices).map_err(ControlError::Config)?;
         vssds::validate(&self.vssds, &devices).map_err(ControlError::Config)?;
         tiers::validate(self)

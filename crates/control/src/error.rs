@@ -170,6 +170,12 @@ pub enum ControlError {
         /// What went wrong.
         source: flash::FlashError,
     },
+    /// No API token with that id.
+    #[error("no API token with id {0:?} (see `flexssd token list`)")]
+    NoSuchToken(String),
+    /// A new API token's random id is taken (astronomically unlikely; retry).
+    #[error("API token id {0:?} exists already; create the token again")]
+    TokenIdTaken(String),
     /// No harvest volume of that name.
     #[error("no harvest volume named {0:?}")]
     NoSuchHarvestVolume(String),
@@ -253,9 +259,12 @@ impl ControlError {
             }
             Config(_) | Measure(_) | Scheduler { .. } | HarvestTick(_) => ErrorKind::Internal,
             Context { source, .. } => source.kind(),
-            NoSuchVssd(_) | NoSuchDevice(_) | NoSuchTier(_) | NoSuchHarvestVolume(_) => {
-                ErrorKind::NotFound
-            }
+            NoSuchVssd(_)
+            | NoSuchDevice(_)
+            | NoSuchTier(_)
+            | NoSuchHarvestVolume(_)
+            | NoSuchToken(_) => ErrorKind::NotFound,
+            TokenIdTaken(_) => ErrorKind::Conflict,
             UnderHarvest { .. } => ErrorKind::NoSpace,
             HarvesterOff | HasHarvestVolumes { .. } => ErrorKind::Conflict,
             NotHarvestTenant(_) | ReservedName(_) | IsGssd(_) => ErrorKind::BadRequest,

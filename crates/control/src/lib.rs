@@ -34,7 +34,7 @@ pub mod size;
 mod store;
 
 pub use config::{
-    valid_name, ApiConfig, BackendKind, Config, DeviceConfig, Mode, NbdConfig, NbdTls,
+    valid_name, ApiAuth, ApiConfig, BackendKind, Config, DeviceConfig, Mode, NbdConfig, NbdTls,
     SchedulerSettings, VssdSpec, DEFAULT_CONFIG,
 };
 pub use config::{

@@ -722,5 +722,7 @@ pub use views::{DeviceInfo, EraseCounts, HostStats, VssdInfo, VssdStats};
 mod tier;
 pub use self::tier::{TierInfo, TierVolumeIo};
 
+mod tokens;
+
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,8 @@
 //! The store holds what the host manager must find again after a restart or a crash:
 //! the devices it manages and the vSSD records (which flash each vSSD owns, its id,
 //! capacity, lifecycle state and SLA) and the measured SLA curves of each device's
-//! units. Values are JSON so that records can gain fields
+//! units, and the HTTP API's bearer tokens (their hashes: see the `auth` crate).
+//! Values are JSON so that records can gain fields
 //! without a migration. Each change is one redb write transaction, committed durably
 //! before the caller goes on, so a record's state always tells how far a lifecycle
 //! operation got (see [`VssdState`]).
@@ -25,6 +26,8 @@ const VSSDS: TableDefinition<&str, &str> = TableDefinition::new("vssds");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const UNIT_CURVES: TableDefinition<&str, &str> = TableDefinition::new("unit_curves");
 const HVOLS: TableDefinition<&str, &str> = TableDefinition::new("harvest_volumes");
+/// API tokens by id: [`auth::TokenRecord`]s, which hold a hash, never a secret.
+const TOKENS: TableDefinition<&str, &str> = TableDefinition::new("api_tokens");
 
 const NEXT_ID: &str = "next_vssd_id";
 const NEXT_SERIAL: &str = "next_serial";
@@ -214,6 +217,7 @@ impl ControlStore {
         tx.open_table(META).map_err(store_err)?;
         tx.open_table(UNIT_CURVES).map_err(store_err)?;
         tx.open_table(HVOLS).map_err(store_err)?;
+        tx.open_table(TOKENS).map_err(store_err)?;
         tx.commit().map_err(store_err)?;
         Ok(Self { db })
     }
@@ -370,6 +374,46 @@ impl ControlStore {
         }
     }
 
+    /// Every API token record, by id.
+    pub fn tokens(&self) -> Result<Vec<auth::TokenRecord>> {
+        self.all(TOKENS, "API token")
+    }
+
+    /// The API token record with this id, if any.
+    pub fn token(&self, id: &str) -> Result<Option<auth::TokenRecord>> {
+        let tx = self.db.begin_read().map_err(store_err)?;
+        let t = tx.open_table(TOKENS).map_err(store_err)?;
+        let v = t.get(id).map_err(store_err)?;
+        v.map(|v| decode("API token", id, v.value())).transpose()
+    }
+
+    /// Records a new API token; fails if one with its id exists.
+    pub fn insert_token(&self, rec: &auth::TokenRecord) -> Result<()> {
+        let tx = self.db.begin_write().map_err(store_err)?;
+        {
+            let mut t = tx.open_table(TOKENS).map_err(store_err)?;
+            if t.get(rec.id.as_str()).map_err(store_err)?.is_some() {
+                return Err(ControlError::TokenIdTaken(rec.id.clone()));
+            }
+            t.insert(rec.id.as_str(), encode(rec).as_str())
+                .map_err(store_err)?;
+        }
+        tx.commit().map_err(store_err)
+    }
+
+    /// Forgets an API token; returns its record, or `None` if there was none.
+    pub fn remove_token(&self, id: &str) -> Result<Option<auth::TokenRecord>> {
+        let tx = self.db.begin_write().map_err(store_err)?;
+        let old = {
+            let mut t = tx.open_table(TOKENS).map_err(store_err)?;
+            let old = t.remove(id).map_err(store_err)?;
+            old.map(|v| decode::<auth::TokenRecord>("API token", id, v.value()))
+                .transpose()?
+        };
+        tx.commit().map_err(store_err)?;
+        Ok(old)
+    }
+
     /// Whether the initial vSSDs of the configuration were created already.
     pub fn initialized(&self) -> Result<bool> {
         let tx = self.db.begin_read().map_err(store_err)?;
@@ -452,6 +496,37 @@ mod tests {
         s.remove_vssd("a").unwrap();
         // Ids are never reused after a removal (a failed insert takes none).
         assert_eq!(s.insert_new_vssd(|id| rec(id, "c")).unwrap().id, 3);
+    }
+
+    #[test]
+    fn tokens_are_kept_by_id_and_survive_reopen() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("control.redb");
+        let t = auth::NewToken::generate().unwrap();
+        let rec = t.record("tenant-a", auth::Role::Tenant, 7);
+        {
+            let s = ControlStore::open(&path).unwrap();
+            assert!(s.tokens().unwrap().is_empty());
+            s.insert_token(&rec).unwrap();
+            assert!(matches!(
+                s.insert_token(&rec),
+                Err(ControlError::TokenIdTaken(_))
+            ));
+        }
+        let s = ControlStore::open(&path).unwrap();
+        assert_eq!(s.token(t.id()).unwrap().as_ref(), Some(&rec));
+        assert_eq!(s.tokens().unwrap(), vec![rec.clone()]);
+        // The secret is nowhere in the file.
+        drop(s);
+        let bytes = std::fs::read(&path).unwrap();
+        let secret = t.bearer().rsplit('_').next().unwrap().to_string();
+        assert!(!bytes
+            .windows(secret.len())
+            .any(|w| w == secret.as_bytes()));
+        let s = ControlStore::open(&path).unwrap();
+        assert_eq!(s.remove_token(t.id()).unwrap(), Some(rec));
+        assert_eq!(s.remove_token(t.id()).unwrap(), None);
+        assert_eq!(s.token(t.id()).unwrap(), None);
     }
 
     #[test]
