@@ -40,10 +40,11 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
-# start_daemon DIR CONFIG_BODY: writes DIR/flexssd.toml (data_dir, api, nbd socket
-# filled in) and starts `flexssd serve`; sets DAEMON_PID, API, SOCK.
+# start_daemon DIR CONFIG_BODY [NBD_SETTINGS]: writes DIR/flexssd.toml (data_dir,
+# api, nbd socket filled in, plus NBD_SETTINGS lines under [nbd]) and starts
+# `flexssd serve`; sets DAEMON_PID, API, SOCK.
 start_daemon() {
-  local dir=$1 body=$2 port
+  local dir=$1 body=$2 nbd_extra=${3:-} port
   mkdir -p "$dir"
   port=$(free_port)
   SOCK="$dir/nbd.sock"
@@ -57,6 +58,7 @@ listen = "127.0.0.1:$port"
 
 [nbd]
 socket = "$SOCK"
+$nbd_extra
 TOML
   "$BIN" serve --config "$dir/flexssd.toml" > "$dir/daemon.log" 2>&1 &
   DAEMON_PID=$!
