@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# A well-behaved tenant's throughput while other clients misbehave, measured in
+# one run: fio 4 KiB random reads over TLS alone, then beside each abuse, in
+# alternation, medians of REPS. The abuses:
+#   idle      1,000 connections that never send a byte (held until the handshake
+#             timeout cuts them off, then reopened);
+#   half      200 connections that send half an option header and stop;
+#   plaintext 200 clients per second that try NBD without TLS (refused).
+# Prints a Markdown table: IOPS alone, IOPS under abuse, ratio (goal: within 10%).
+#
+#   scripts/bench-abuse.sh [RUNTIME_SECONDS [REPS]]   (default 5 s, 3)
+#
+# Environment: FLEXSSD_BIN=PATH benchmarks this binary (default: build target/release).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNTIME=${1:-5}
+REPS=${2:-3}
+. scripts/lib.sh
+if [ -n "${FLEXSSD_BIN:-}" ]; then
+  BIN=$(realpath "$FLEXSSD_BIN")
+else
+  cargo build --release -q -p flexssd
+  BIN=$PWD/target/release/flexssd
+fi
+for t in fio curl python3 openssl; do command -v $t >/dev/null || { echo "bench-abuse: $t is missing (make test installs it)"; exit 1; }; done
+ulimit -n 8192
+
+WORK=$(mktemp -d /tmp/flexssd-bench-abuse.XXXXXX)
+trap 'stop_daemon; [ -n "${APID:-}" ] && kill $APID 2>/dev/null; rm -rf "$WORK"' EXIT
+PKI=$WORK/pki
+mkdir -p "$PKI/srv" "$PKI/home/.pki/libnbd"
+(
+  cd "$PKI"
+  key="-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+  # shellcheck disable=SC2086
+  {
+    openssl req -x509 $key -keyout ca-key.pem -out ca-cert.pem -days 2 -subj /CN=bench-ca
+    printf 'subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n' > s.ext
+    openssl req $key -keyout srv/server-key.pem -out s.csr -subj /CN=localhost
+    openssl x509 -req -in s.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial -out srv/server-cert.pem -days 2 -extfile s.ext
+  } 2>/dev/null
+  cp ca-cert.pem srv/ && cp ca-cert.pem home/.pki/libnbd/
+)
+export HOME=$PKI/home
+start_daemon "$WORK/fx" '
+mode = "fast"
+[[devices]]
+name = "ssd0"
+backend = "memory"
+prefault = true
+[[vssds]]
+name = "bench"
+channels = 8' "tls = \"require\"
+tls_certificates = \"$PKI/srv\"
+handshake_timeout_ms = 3000
+max_connections = 4096"
+URI="nbds+unix:///bench?socket=$SOCK&tls-hostname=localhost"
+fio --name=fill --ioengine=nbd --uri="$URI" --rw=write --bs=1M --iodepth=8 --size=512M >/dev/null
+
+# abuse KIND: runs in the background until killed.
+abuse() {
+  python3 - "$SOCK" "$1" <<'PY' &
+import socket, sys, time
+path, kind = sys.argv[1], sys.argv[2]
+def conn():
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    return s
+held = []
+while True:
+    if kind == "idle":
+        held = [s for s in held if s.fileno() >= 0]
+        while len(held) < 1000:
+            try:
+                held.append(conn())
+            except OSError:
+                break
+        time.sleep(0.5)
+        # Drop the ones the server already cut off, so the count stays 1,000.
+        alive = []
+        for s in held:
+            s.setblocking(False)
+            try:
+                d = s.recv(64)
+                if d == b"" :
+                    s.close(); continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                s.close(); continue
+            alive.append(s)
+        held = alive
+    elif kind == "half":
+        while len(held) < 200:
+            s = conn()
+            s.recv(18)                       # the greeting
+            s.sendall(b"\0\0\0\3IHAVE")      # client flags, half an option header
+            held.append(s)
+        time.sleep(0.5)
+        held = [s for s in held if s.fileno() >= 0]
+        # Reopen what the server cut off.
+        alive = []
+        for s in held:
+            s.setblocking(False)
+            try:
+                if s.recv(64) == b"":
+                    s.close(); continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                s.close(); continue
+            alive.append(s)
+        held = alive
+    elif kind == "plaintext":
+        t0 = time.time()
+        for _ in range(200):
+            try:
+                s = conn(); s.recv(18)
+                s.sendall(b"\0\0\0\3" + b"IHAVEOPT" + (7).to_bytes(4, "big") + (6).to_bytes(4, "big") + b"\0\0\0\0\0\0")
+                s.recv(1024); s.close()
+            except OSError:
+                pass
+        time.sleep(max(0, 1 - (time.time() - t0)))
+PY
+  APID=$!
+}
+summ() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%.0f" % sum(x["read"]["iops"] for x in j["jobs"]))' "$1"; }
+run() { fio_json "$1" --name=b --ioengine=nbd --uri="$URI" --rw=randread --bs=4k --iodepth=32 --size=512M --time_based --runtime="$RUNTIME"; }
+med() { printf '%s\n' "$@" | sort -n | sed -n "$(( ($# + 1) / 2 ))p"; }
+
+kinds=(idle half plaintext)
+steps ${#kinds[@]}
+printf '| abuse | tenant IOPS alone | tenant IOPS under abuse | ratio |\n|---|---:|---:|---:|\n'
+for kind in "${kinds[@]}"; do
+  step "$kind"
+  alone=(); under=()
+  for r in $(seq "$REPS"); do
+    run "$WORK/a$r.json"; alone+=("$(summ "$WORK/a$r.json")")
+    abuse "$kind"; sleep 1
+    run "$WORK/u$r.json"; under+=("$(summ "$WORK/u$r.json")")
+    kill "$APID" 2>/dev/null; wait "$APID" 2>/dev/null || true; APID=
+  done
+  a=$(med "${alone[@]}"); u=$(med "${under[@]}")
+  printf '| %s | %s | %s | %s |\n' "$kind" "$a" "$u" "$(python3 -c "print(f'{$u/$a:.2f}')")"
+done
+steps_done
