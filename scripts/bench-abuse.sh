@@ -28,19 +28,7 @@ ulimit -n 8192
 WORK=$(mktemp -d /tmp/flexssd-bench-abuse.XXXXXX)
 trap 'stop_daemon; [ -n "${APID:-}" ] && kill $APID 2>/dev/null; rm -rf "$WORK"' EXIT
 PKI=$WORK/pki
-mkdir -p "$PKI/srv" "$PKI/home/.pki/libnbd"
-(
-  cd "$PKI"
-  key="-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
-  # shellcheck disable=SC2086
-  {
-    openssl req -x509 $key -keyout ca-key.pem -out ca-cert.pem -days 2 -subj /CN=bench-ca
-    printf 'subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n' > s.ext
-    openssl req $key -keyout srv/server-key.pem -out s.csr -subj /CN=localhost
-    openssl x509 -req -in s.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial -out srv/server-cert.pem -days 2 -extfile s.ext
-  } 2>/dev/null
-  cp ca-cert.pem srv/ && cp ca-cert.pem home/.pki/libnbd/
-)
+make_pki "$PKI"
 export HOME=$PKI/home
 start_daemon "$WORK/fx" '
 mode = "fast"
@@ -66,51 +54,39 @@ def conn():
     s = socket.socket(socket.AF_UNIX)
     s.connect(path)
     return s
+def prune(held):
+    """The connections the server has not cut off yet."""
+    alive = []
+    for s in held:
+        s.setblocking(False)
+        try:
+            if s.recv(64) == b"":
+                s.close(); continue
+        except BlockingIOError:
+            pass
+        except OSError:
+            s.close(); continue
+        alive.append(s)
+    return alive
+def idle():
+    return conn()
+def half():
+    s = conn()
+    s.recv(18)                       # the greeting
+    s.sendall(b"\0\0\0\3IHAVE")      # client flags, half an option header
+    return s
 held = []
 while True:
-    if kind == "idle":
-        held = [s for s in held if s.fileno() >= 0]
-        while len(held) < 1000:
+    if kind in ("idle", "half"):
+        want = 1000 if kind == "idle" else 200
+        while len(held) < want:
             try:
-                held.append(conn())
+                held.append(idle() if kind == "idle" else half())
             except OSError:
                 break
         time.sleep(0.5)
-        # Drop the ones the server already cut off, so the count stays 1,000.
-        alive = []
-        for s in held:
-            s.setblocking(False)
-            try:
-                d = s.recv(64)
-                if d == b"" :
-                    s.close(); continue
-            except BlockingIOError:
-                pass
-            except OSError:
-                s.close(); continue
-            alive.append(s)
-        held = alive
-    elif kind == "half":
-        while len(held) < 200:
-            s = conn()
-            s.recv(18)                       # the greeting
-            s.sendall(b"\0\0\0\3IHAVE")      # client flags, half an option header
-            held.append(s)
-        time.sleep(0.5)
-        held = [s for s in held if s.fileno() >= 0]
-        # Reopen what the server cut off.
-        alive = []
-        for s in held:
-            s.setblocking(False)
-            try:
-                if s.recv(64) == b"":
-                    s.close(); continue
-            except BlockingIOError:
-                pass
-            except OSError:
-                s.close(); continue
-            alive.append(s)
-        held = alive
+        # Reopen what the server cut off, so the count stays put.
+        held = prune(held)
     elif kind == "plaintext":
         t0 = time.time()
         for _ in range(200):
@@ -124,7 +100,7 @@ while True:
 PY
   APID=$!
 }
-summ() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%.0f" % sum(x["read"]["iops"] for x in j["jobs"]))' "$1"; }
+summ() { fio_summ "$1" | cut -d' ' -f1; }
 run() { fio_json "$1" --name=b --ioengine=nbd --uri="$URI" --rw=randread --bs=4k --iodepth=32 --size=512M --time_based --runtime="$RUNTIME"; }
 med() { printf '%s\n' "$@" | sort -n | sed -n "$(( ($# + 1) / 2 ))p"; }
 

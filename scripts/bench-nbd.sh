@@ -72,21 +72,6 @@ rows=(
   "128k seq read qd32|--rw=read --bs=128k --iodepth=32 --numjobs=1"
   "128k seq write qd32|--rw=write --bs=128k --iodepth=32 --numjobs=1"
 )
-summ() {  # summ JSON -> "iops p99_us"
-  python3 - "$1" <<'PY'
-import json,sys
-j=json.load(open(sys.argv[1]))
-iops=0.0; p99=0.0
-for job in j["jobs"]:
-    for d in ("read","write"):
-        x=job[d]
-        if x["total_ios"]>0:
-            iops+=x["iops"]
-            p=x["clat_ns"].get("percentile",{}).get("99.000000",0)/1000
-            p99=max(p99,p)
-print(f"{iops:.0f} {p99:.0f}")
-PY
-}
 if [ -n "$BASE_BIN" ]; then
   printf '| workload | flexssd IOPS | nbdkit IOPS | ratio | flexssd p99 µs | nbdkit p99 µs | base IOPS | new/base | base p99 µs |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 else
@@ -106,8 +91,8 @@ for row in "${rows[@]}"; do
     run fx "$FX"
     if [ -n "$BASE_BIN" ] && [ $((r % 2)) = 0 ]; then run bs "$BS"; fi
     run nk "$NK"
-    fxs+=("$(summ "$WORK/fx$r.json")"); nks+=("$(summ "$WORK/nk$r.json")")
-    if [ -n "$BASE_BIN" ]; then bss+=("$(summ "$WORK/bs$r.json")"); fi
+    fxs+=("$(fio_summ "$WORK/fx$r.json")"); nks+=("$(fio_summ "$WORK/nk$r.json")")
+    if [ -n "$BASE_BIN" ]; then bss+=("$(fio_summ "$WORK/bs$r.json")"); fi
   done
   med() { printf '%s\n' "$@" | sort -n -k1,1 | sed -n "$(( ($# + 1) / 2 ))p"; }
   read -r fi fp < <(med "${fxs[@]}")

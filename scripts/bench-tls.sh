@@ -35,22 +35,7 @@ SIZE=1G
 # One CA and a server certificate for localhost (both servers); the CA where
 # libnbd looks for it.
 PKI=$WORK/pki
-mkdir -p "$PKI/srv" "$PKI/home/.pki/libnbd"
-(
-  cd "$PKI"
-  key="-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
-  # shellcheck disable=SC2086
-  {
-    openssl req -x509 $key -keyout ca-key.pem -out ca-cert.pem -days 2 -subj /CN=bench-ca
-    printf 'subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n' > s.ext
-    printf 'extendedKeyUsage=clientAuth\n' > c.ext
-    openssl req $key -keyout srv/server-key.pem -out s.csr -subj /CN=localhost
-    openssl x509 -req -in s.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial -out srv/server-cert.pem -days 2 -extfile s.ext
-    openssl req $key -keyout home/.pki/libnbd/client-key.pem -out c.csr -subj /CN=bench
-    openssl x509 -req -in c.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial -out home/.pki/libnbd/client-cert.pem -days 2 -extfile c.ext
-  } 2>/dev/null
-  cp ca-cert.pem srv/ && cp ca-cert.pem home/.pki/libnbd/
-)
+make_pki "$PKI"
 export HOME=$PKI/home
 
 # flexssd: 8 of the default device's 16 channels, shared (no tenant): with no
@@ -85,21 +70,6 @@ step "filling both exports over TLS"
 for uri in "$FX" "$NK"; do
   fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=1M --iodepth=8 --size=$SIZE >/dev/null
 done
-summ() {  # summ JSON -> "iops p99_us"
-  python3 - "$1" <<'PY'
-import json,sys
-j=json.load(open(sys.argv[1]))
-iops=0.0; p99=0.0
-for job in j["jobs"]:
-    for d in ("read","write"):
-        x=job[d]
-        if x["total_ios"]>0:
-            iops+=x["iops"]
-            p=x["clat_ns"].get("percentile",{}).get("99.000000",0)/1000
-            p99=max(p99,p)
-print(f"{iops:.0f} {p99:.0f}")
-PY
-}
 printf '| workload (TLS, X.509) | flexssd IOPS | nbdkit IOPS | ratio | flexssd p99 µs | nbdkit p99 µs |\n|---|---:|---:|---:|---:|---:|\n'
 for row in "${rows[@]}"; do
   name=${row%%|*}; args=${row#*|}
@@ -112,7 +82,7 @@ for row in "${rows[@]}"; do
     }
     # The servers swap places every repetition.
     if [ $((r % 2)) = 1 ]; then run fx "$FX"; run nk "$NK"; else run nk "$NK"; run fx "$FX"; fi
-    fxs+=("$(summ "$WORK/fx$r.json")"); nks+=("$(summ "$WORK/nk$r.json")")
+    fxs+=("$(fio_summ "$WORK/fx$r.json")"); nks+=("$(fio_summ "$WORK/nk$r.json")")
   done
   med() { printf '%s\n' "$@" | sort -n -k1,1 | sed -n "$(( ($# + 1) / 2 ))p"; }
   read -r fi fp < <(med "${fxs[@]}")

@@ -82,3 +82,41 @@ fio_json() {
   local out=$1; shift
   fio --output-format=json --output="$out" "$@" >/dev/null
 }
+
+# make_pki DIR: a CA, a server certificate for localhost in DIR/srv (laid out as
+# nbdkit's --tls-certificates: ca-cert.pem, server-cert.pem, server-key.pem), and
+# the CA in DIR/home/.pki/libnbd, where libnbd looks when HOME=DIR/home.
+make_pki() {
+  local dir=$1
+  mkdir -p "$dir/srv" "$dir/home/.pki/libnbd"
+  (
+    cd "$dir"
+    local key="-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+    # shellcheck disable=SC2086
+    {
+      openssl req -x509 $key -keyout ca-key.pem -out ca-cert.pem -days 2 -subj /CN=bench-ca
+      printf 'subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n' > s.ext
+      openssl req $key -keyout srv/server-key.pem -out s.csr -subj /CN=localhost
+      openssl x509 -req -in s.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial -out srv/server-cert.pem -days 2 -extfile s.ext
+    } 2>/dev/null
+    cp ca-cert.pem srv/ && cp ca-cert.pem home/.pki/libnbd/
+  )
+}
+
+# fio_summ JSON: prints "IOPS p99_µs" of a fio JSON report (all jobs, reads and
+# writes together; p99 the worst of them).
+fio_summ() {
+  python3 - "$1" <<'PY'
+import json,sys
+j=json.load(open(sys.argv[1]))
+iops=0.0; p99=0.0
+for job in j["jobs"]:
+    for d in ("read","write"):
+        x=job[d]
+        if x["total_ios"]>0:
+            iops+=x["iops"]
+            p=x["clat_ns"].get("percentile",{}).get("99.000000",0)/1000
+            p99=max(p99,p)
+print(f"{iops:.0f} {p99:.0f}")
+PY
+}

@@ -128,15 +128,15 @@ fn the_daemon_serves_nbd_over_tls_only() {
     assert!(!String::from_utf8_lossy(&def.stdout).contains(KEY));
 }
 
-#[test]
-fn plaintext_nbd_on_a_public_address_needs_insecure() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("c.toml");
+/// Starts `flexssd serve` on a config whose `[nbd]` section is `nbd`, expects
+/// it to refuse to start, and returns what it said.
+fn refused_start(dir: &std::path::Path, nbd: &str) -> String {
+    let cfg = dir.join("c.toml");
     std::fs::write(
         &cfg,
         format!(
-            "data_dir = \"{}\"\n[api]\nlisten = \"127.0.0.1:0\"\n[nbd]\ntcp = \"0.0.0.0:0\"\n",
-            dir.path().join("data").display()
+            "data_dir = \"{}\"\n[api]\nlisten = \"127.0.0.1:0\"\n[nbd]\n{nbd}",
+            dir.join("data").display()
         ),
     )
     .unwrap();
@@ -144,8 +144,14 @@ fn plaintext_nbd_on_a_public_address_needs_insecure() {
         .args(["serve", "--config", cfg.to_str().unwrap()])
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the daemon started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn plaintext_nbd_on_a_public_address_needs_insecure() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = refused_start(dir.path(), "tcp = \"0.0.0.0:0\"\n");
     assert!(
         err.contains("without TLS") && err.contains("--insecure"),
         "{err}"
@@ -157,22 +163,10 @@ fn a_bad_psk_file_stops_the_start_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys.psk");
     std::fs::write(&keys, "tenant-a:not-hex\n").unwrap();
-    let cfg = dir.path().join("c.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "data_dir = \"{}\"\n[api]\nlisten = \"127.0.0.1:0\"\n[nbd]\ntls = \"require\"\ntls_psk_file = \"{}\"\n",
-            dir.path().join("data").display(),
-            keys.display()
-        ),
-    )
-    .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_flexssd"))
-        .args(["serve", "--config", cfg.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_start(
+        dir.path(),
+        &format!("tls = \"require\"\ntls_psk_file = \"{}\"\n", keys.display()),
+    );
     assert!(
         err.contains("tls_psk_file") && err.contains("line 1"),
         "{err}"
