@@ -1490,3 +1490,117 @@ async fn one_path_for_every_gate() {
         }
     }
 }
+
+mod authorization {
+    //! No client ever lists or opens an export it may not see: random exports
+    //! with random owners, a random client identity and TLS mode, driven through
+    //! the real option haggling (`handshake::negotiate`, with the session as a
+    //! finished TLS handshake would leave it).
+
+    use super::*;
+    use crate::handshake::{self, Outcome, Session};
+    use crate::inbuf::InBuf;
+    use crate::tls::{may_open, PskKeys, Tls, TlsMode, TlsSetup};
+    use proptest::prelude::*;
+
+    const TENANTS: [&str; 3] = ["alice", "bob", "carol"];
+
+    fn owner() -> impl Strategy<Value = Option<String>> {
+        prop_oneof![
+            Just(None),
+            (0..TENANTS.len()).prop_map(|i| Some(TENANTS[i].to_string()))
+        ]
+    }
+
+    /// What the client got: the names LIST returned, and for each export
+    /// whether INFO succeeded.
+    async fn haggle(
+        exports: &[(String, Option<String>)],
+        mode: TlsMode,
+        secure: bool,
+        identity: Option<String>,
+    ) -> (Vec<String>, Vec<bool>) {
+        let reg = MapRegistry::new();
+        for (name, owner) in exports {
+            reg.insert(Export {
+                owner: owner.clone(),
+                ..export(name, Arc::new(MemDev::new(1 << 20)))
+            });
+        }
+        let tls = Tls::new(TlsSetup {
+            mode,
+            psk: Some(PskKeys::parse("alice:00112233").unwrap()),
+            ..TlsSetup::default()
+        })
+        .unwrap()
+        .map(Arc::new);
+        let config = ServerConfig {
+            tls,
+            ..ServerConfig::default()
+        };
+        let (mut c, mut s) = tokio::io::duplex(1 << 20);
+        let server = tokio::spawn(async move {
+            let mut session = Session::default();
+            session.secure = secure;
+            session.identity = identity;
+            let mut inbuf = InBuf::new(1 << 16);
+            let r = handshake::negotiate(&reg, &config, &mut session, &mut inbuf, &mut s).await;
+            matches!(r, Ok(Outcome::Closed))
+        });
+        let mut client = Client {
+            s: {
+                let mut g = [0u8; 18];
+                c.read_exact(&mut g).await.unwrap();
+                c.write_all(&3u32.to_be_bytes()).await.unwrap();
+                c
+            },
+            srv: tokio::spawn(async { Ok(()) }),
+        };
+        client.option(OPT_LIST, &[]).await;
+        let mut listed = Vec::new();
+        loop {
+            let (_, rep, data) = client.option_reply().await;
+            if rep != REP_SERVER {
+                break;
+            }
+            let n = u32::from_be_bytes(data[..4].try_into().unwrap()) as usize;
+            listed.push(String::from_utf8(data[4..4 + n].to_vec()).unwrap());
+        }
+        let mut opened = Vec::new();
+        for (name, _) in exports {
+            let (rep, _) = client.info(OPT_INFO, name, &[]).await;
+            opened.push(rep == REP_ACK);
+        }
+        client.option(OPT_ABORT, &[]).await;
+        let _ = client.option_reply().await;
+        assert!(server.await.unwrap(), "the handshake ended cleanly");
+        (listed, opened)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn a_client_sees_exactly_what_may_open_allows(
+            owners in proptest::collection::vec(owner(), 1..6),
+            mode in prop_oneof![Just(TlsMode::On), Just(TlsMode::Require)],
+            secure in any::<bool>(),
+            who in proptest::option::of(0..TENANTS.len()),
+        ) {
+            // Only a TLS session has an identity.
+            let identity = who.filter(|_| secure).map(|i| TENANTS[i].to_string());
+            let exports: Vec<(String, Option<String>)> = owners
+                .into_iter()
+                .enumerate()
+                .map(|(i, o)| (format!("e{i}"), o))
+                .collect();
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let (listed, opened) = rt.block_on(haggle(&exports, mode, secure, identity.clone()));
+            let tls_missing = mode == TlsMode::Require && !secure;
+            for ((name, owner), ok) in exports.iter().zip(&opened) {
+                let allowed = !tls_missing && may_open(mode, identity.as_deref(), owner.as_deref());
+                prop_assert_eq!(*ok, allowed, "INFO {} (owner {:?}) as {:?}", name, owner, identity);
+                prop_assert_eq!(listed.contains(name), allowed, "LIST {} (owner {:?}) as {:?}", name, owner, identity);
+            }
+        }
+    }
+}
