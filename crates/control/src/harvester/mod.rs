@@ -298,12 +298,17 @@ fn blocks_for(geo: &Geometry, bytes: u64, channels: u32) -> u64 {
     let per_block = geo.block_bytes();
     // GC's room: 5 blocks (background GC's trigger, the open block and the
     // reserve) per die, as `ftl::max_capacity` keeps.
-    let units = u64::from(channels) * u64::from(geo.dies_per_channel);
+    // In u128: a request may ask for any u64 of bytes, and an absurd one must
+    // come out as more blocks than any pool has (refused as too big), not as
+    // an overflow.
+    let units = u128::from(channels) * u128::from(geo.dies_per_channel);
+    let (bytes, per_block) = (u128::from(bytes), u128::from(per_block));
     let data = bytes.div_ceil(per_block);
-    (bytes * 8)
+    let blocks = (bytes * 8)
         .div_ceil(7 * per_block)
         .max(data + units * 5)
-        .max((bytes * 100).div_ceil(95 * per_block))
+        .max((bytes * 100).div_ceil(95 * per_block));
+    u64::try_from(blocks).unwrap_or(u64::MAX)
 }
 
 impl Harvester {

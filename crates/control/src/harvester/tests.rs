@@ -693,3 +693,29 @@ fn the_harvester_reaches_exports_only_through_the_registry() {
     h.m.harvest_volume_release("vol").unwrap();
     assert!(h.m.lookup("vol").is_none());
 }
+
+#[test]
+fn an_absurd_harvest_capacity_is_refused_not_an_overflow() {
+    // Found by the API's random-JSON property test: 2^62 bytes overflowed
+    // the block count (a panic in debug builds, a wrong size in release).
+    let geo = flash::Geometry {
+        channels: 8,
+        dies_per_channel: 2,
+        planes_per_die: 1,
+        blocks_per_plane: 32,
+        pages_per_block: 32,
+        page_size: 4096,
+    };
+    assert!(blocks_for(&geo, u64::MAX, 1) > u64::MAX / geo.block_bytes());
+    assert!(blocks_for(&geo, 1 << 62, 4) > (1 << 62) / geo.block_bytes());
+    // Ordinary sizes are what they were: 1 MiB on 1 channel of 2 dies.
+    assert_eq!(blocks_for(&geo, 1 << 20, 1), 18);
+    let h = mem("");
+    regular(&h.m, "reg", &[0, 1]);
+    harvester(&h.m, "hv", &[2, 3]);
+    h.m.harvest_tick().unwrap();
+    let mut r = req("v1", "hv", 0, 1, 120);
+    r.capacity = ByteSize(4_903_651_630_152_745_388);
+    let e = h.m.harvest_volume_create(&r).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NoSpace, "{e}");
+}
