@@ -415,9 +415,18 @@ mod tests {
             ("fxs_abc", "separated by '_'"),
             (&format!("fxs_{}_{}", "a".repeat(15), "b".repeat(64)), "id"),
             (&format!("fxs_{}_{}", "A".repeat(16), "b".repeat(64)), "id"),
-            (&format!("fxs_{}_{}", "a".repeat(16), "b".repeat(63)), "secret"),
-            (&format!("fxs_{}_{}", "a".repeat(16), "g".repeat(64)), "secret"),
-            (&format!("fxs_{}_{}_", "a".repeat(16), "b".repeat(64)), "secret"),
+            (
+                &format!("fxs_{}_{}", "a".repeat(16), "b".repeat(63)),
+                "secret",
+            ),
+            (
+                &format!("fxs_{}_{}", "a".repeat(16), "g".repeat(64)),
+                "secret",
+            ),
+            (
+                &format!("fxs_{}_{}_", "a".repeat(16), "b".repeat(64)),
+                "secret",
+            ),
         ] {
             let e = Presented::parse(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad:?}: {e}");

@@ -520,9 +520,7 @@ mod tests {
         drop(s);
         let bytes = std::fs::read(&path).unwrap();
         let secret = t.bearer().rsplit('_').next().unwrap().to_string();
-        assert!(!bytes
-            .windows(secret.len())
-            .any(|w| w == secret.as_bytes()));
+        assert!(!bytes.windows(secret.len()).any(|w| w == secret.as_bytes()));
         let s = ControlStore::open(&path).unwrap();
         assert_eq!(s.remove_token(t.id()).unwrap(), Some(rec));
         assert_eq!(s.remove_token(t.id()).unwrap(), None);
