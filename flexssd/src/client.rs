@@ -2,8 +2,17 @@
 //!
 //! Errors come back as one line: the daemon's own message for a refused request, or
 //! how to start the daemon when it cannot be reached.
+//!
+//! Credentials and TLS trust are process-wide ([`configure`], from the global
+//! `--token-file` / `FLEXSSD_TOKEN` and `--ca-file` options), so that every
+//! subcommand's client sends the same bearer token and trusts the same CA
+//! without each one passing them along. The token is only ever put in the
+//! `Authorization` header: no error message or output repeats it.
 
-use anyhow::{anyhow, Result};
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use anyhow::{anyhow, bail, Context, Result};
 use control::{format_size, DeviceInfo, HostStats, VssdInfo, VssdSpec};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -11,10 +20,89 @@ use serde::Serialize;
 use crate::api::{Info, VssdDetail};
 use crate::{DeviceCmd, VssdCmd};
 
+/// What every client of this process sends and trusts.
+#[derive(Default)]
+struct Settings {
+    /// `Authorization` header value, `Bearer fxs_...`.
+    authorization: Option<String>,
+    /// TLS trust for https URLs when `--ca-file` is given (ureq's built-in
+    /// roots otherwise).
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+static SETTINGS: OnceLock<Settings> = OnceLock::new();
+
+/// Sets up the bearer token and the TLS trust of every client made after it:
+/// the token from `token_file` (whole file, surrounding white space ignored)
+/// or else the `FLEXSSD_TOKEN` environment variable; with `ca_file`, https
+/// URLs are trusted only if that PEM file's CA certificates sign them.
+pub fn configure(token_file: Option<&Path>, ca_file: Option<&Path>) -> Result<()> {
+    let token = match token_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading --token-file {}", path.display()))?;
+            let t = text.trim().to_string();
+            if t.is_empty() {
+                bail!("--token-file {} is empty", path.display());
+            }
+            Some(t)
+        }
+        None => std::env::var("FLEXSSD_TOKEN")
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty()),
+    };
+    if let Some(t) = &token {
+        if t.chars().any(|c| !c.is_ascii_graphic()) {
+            bail!(
+                "the API token (from {}) has characters a token never has; expected fxs_<id>_<secret>",
+                if token_file.is_some() { "--token-file" } else { "FLEXSSD_TOKEN" }
+            );
+        }
+    }
+    let tls = match ca_file {
+        Some(path) => Some(Arc::new(tls_trusting(path)?)),
+        None => None,
+    };
+    let _ = SETTINGS.set(Settings {
+        authorization: token.map(|t| format!("Bearer {t}")),
+        tls,
+    });
+    Ok(())
+}
+
+/// A TLS client configuration that trusts the CA certificates of a PEM file.
+fn tls_trusting(path: &Path) -> Result<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .with_context(|| format!("reading --ca-file {}", path.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certs {
+        roots
+            .add(c)
+            .with_context(|| format!("--ca-file {}: unusable certificate", path.display()))?;
+    }
+    if roots.is_empty() {
+        bail!(
+            "--ca-file {}: no PEM CERTIFICATE in the file",
+            path.display()
+        );
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
 /// A client of one daemon's API.
 pub struct Client {
     base: String,
     agent: ureq::Agent,
+    authorization: Option<String>,
 }
 
 impl Client {
@@ -26,16 +114,34 @@ impl Client {
         } else {
             format!("http://{base}")
         };
-        let agent = ureq::AgentBuilder::new()
+        let settings = SETTINGS.get();
+        let mut agent = ureq::AgentBuilder::new()
             .timeout_connect(std::time::Duration::from_secs(5))
-            .timeout(std::time::Duration::from_secs(600))
-            .build();
-        Self { base, agent }
+            .timeout(std::time::Duration::from_secs(600));
+        if let Some(tls) = settings.and_then(|s| s.tls.clone()) {
+            agent = agent.tls_config(tls);
+        }
+        Self {
+            base,
+            agent: agent.build(),
+            authorization: settings.and_then(|s| s.authorization.clone()),
+        }
+    }
+
+    /// A request to `path`, with the bearer token when there is one.
+    fn request(&self, method: &str, path: &str) -> ureq::Request {
+        let r = self.agent.request(method, &format!("{}{path}", self.base));
+        match &self.authorization {
+            Some(a) => r.set("Authorization", a),
+            None => r,
+        }
     }
 
     fn handle<T: DeserializeOwned>(&self, r: Result<ureq::Response, ureq::Error>) -> Result<T> {
         match r {
-            Ok(resp) => resp.into_json().map_err(|e| anyhow!("bad response from the daemon at {}: {e}", self.base)),
+            Ok(resp) => resp
+                .into_json()
+                .map_err(|e| anyhow!("bad response from the daemon at {}: {e}", self.base)),
             Err(ureq::Error::Status(code, resp)) => {
                 let body = resp.into_string().unwrap_or_default();
                 let msg = serde_json::from_str::<serde_json::Value>(&body)
@@ -44,43 +150,43 @@ impl Client {
                     .unwrap_or_else(|| format!("HTTP {code}: {}", body.trim()));
                 Err(anyhow!("{msg}"))
             }
-            Err(ureq::Error::Transport(t)) => Err(anyhow!(
-                "cannot reach the flexssd daemon at {} ({}); is it running? Start it with `flexssd serve` (or point --api / FLEXSSD_API at it)",
-                self.base,
-                std::error::Error::source(&t)
+            Err(ureq::Error::Transport(t)) => {
+                let why = std::error::Error::source(&t)
                     .map(|e| e.to_string())
                     .or_else(|| t.message().map(str::to_string))
-                    .unwrap_or_else(|| t.kind().to_string())
-            )),
+                    .unwrap_or_else(|| t.kind().to_string());
+                if why.contains("certificate") {
+                    return Err(anyhow!(
+                        "the flexssd daemon at {} has a TLS certificate this client does not trust ({why}); give its CA with --ca-file (env FLEXSSD_CA_FILE)",
+                        self.base
+                    ));
+                }
+                Err(anyhow!(
+                    "cannot reach the flexssd daemon at {} ({why}); is it running? Start it with `flexssd serve` (or point --api / FLEXSSD_API at it)",
+                    self.base
+                ))
+            }
         }
     }
 
     /// `GET path`, decoded.
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
-        self.handle(self.agent.get(&format!("{}{path}", self.base)).call())
+        self.handle(self.request("GET", path).call())
     }
 
     /// `POST path` with a JSON body, decoded.
     pub fn post<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> Result<T> {
-        self.handle(
-            self.agent
-                .post(&format!("{}{path}", self.base))
-                .send_json(body),
-        )
+        self.handle(self.request("POST", path).send_json(body))
     }
 
     /// `DELETE path`, decoded.
     pub fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
-        self.handle(self.agent.delete(&format!("{}{path}", self.base)).call())
+        self.handle(self.request("DELETE", path).call())
     }
 
     /// `PUT path` with a JSON body, decoded.
     pub fn put<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> Result<T> {
-        self.handle(
-            self.agent
-                .put(&format!("{}{path}", self.base))
-                .send_json(body),
-        )
+        self.handle(self.request("PUT", path).send_json(body))
     }
 }
 

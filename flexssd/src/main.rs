@@ -19,6 +19,7 @@ mod sim_predict;
 mod sim_sla;
 mod sla_cmd;
 mod tier_cmd;
+mod token_cmd;
 mod trace_cmd;
 
 use std::net::SocketAddr;
@@ -41,6 +42,14 @@ struct Cli {
     /// URL of the daemon's HTTP API, for the client commands.
     #[arg(long, env = "FLEXSSD_API", default_value = DEFAULT_API_URL, value_name = "URL")]
     api: String,
+    /// File holding the API token for the client commands (default: the
+    /// FLEXSSD_TOKEN environment variable; none when neither is set).
+    #[arg(long, global = true, env = "FLEXSSD_TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// PEM file of the CA that signed the daemon's HTTPS certificate (default:
+    /// the built-in public roots).
+    #[arg(long, global = true, env = "FLEXSSD_CA_FILE", value_name = "FILE")]
+    ca_file: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Command,
 }
@@ -80,6 +89,8 @@ enum Command {
     /// The harvester's event log: creations, harvests, expiries, reclaims,
     /// migrations, evictions and exceptions.
     Events(harvest_cmd::EventsArgs),
+    /// API tokens (admins): create, list, revoke.
+    Token(token_cmd::TokenArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -119,7 +130,9 @@ struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     nbd_tcp: Option<SocketAddr>,
     /// Serve NBD on a non-loopback TCP address without `[nbd] tls = "require"`
-    /// (anyone who reaches the port can then open every export).
+    /// (anyone who reaches the port can then open every export), or the HTTP
+    /// API on a non-loopback address without `[api] auth = "token"` and
+    /// `tls_cert` / `tls_key`.
     #[arg(long)]
     insecure: bool,
 }
@@ -231,6 +244,10 @@ enum ConfigCmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = client::configure(cli.token_file.as_deref(), cli.ca_file.as_deref()) {
+        eprintln!("flexssd: {e:#}");
+        return ExitCode::FAILURE;
+    }
     let api_url = |o: &ClientOpts| o.api.clone().unwrap_or_else(|| cli.api.clone());
     let result = match &cli.cmd {
         Command::Serve(args) => serve::run(args),
@@ -250,6 +267,7 @@ fn main() -> ExitCode {
         Command::Harvest(a) => harvest_cmd::harvest(a, &api_url(&a.client)),
         Command::Gssd(a) => harvest_cmd::gssd(a, &api_url(&a.client)),
         Command::Events(a) => harvest_cmd::events(a, &api_url(&a.client)),
+        Command::Token(a) => token_cmd::run(a, &api_url(&a.client)),
         Command::Config(ConfigCmd::Default) => {
             print!("{}", control::DEFAULT_CONFIG);
             Ok(())

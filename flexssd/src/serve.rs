@@ -1,9 +1,15 @@
 //! `flexssd serve`: the daemon.
 //!
 //! Startup order matters: the data directory is locked before anything in it is
-//! touched, the host manager recovers every vSSD before a client can connect, and the
-//! listeners are bound before the addresses are announced. Shutdown reverses it: stop
-//! accepting, let the servers drain, then close every vSSD (which checkpoints it).
+//! touched, the host manager recovers every vSSD before a client can connect, the
+//! first admin token exists before the API listens (with `[api] auth = "token"`),
+//! and the listeners are bound before the addresses are announced. Shutdown
+//! reverses it: stop accepting, let the servers drain, then close every vSSD
+//! (which checkpoints it).
+//!
+//! Nothing reachable from another host is served unprotected by accident: a
+//! non-loopback NBD TCP address needs TLS, and a non-loopback API address needs
+//! tokens and HTTPS, unless `--insecure` says the operator means it.
 
 use std::fs::File;
 use std::io::{IsTerminal, Write};
@@ -14,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clock::MonotonicClock;
-use control::{Config, HostManager, NbdTls};
+use control::{ApiAuth, Config, HostManager, NbdTls};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -60,7 +66,106 @@ fn load_config(args: &ServeArgs) -> Result<Config> {
             );
         }
     }
+    let api = &cfg.api;
+    let protected = api.auth == ApiAuth::Token && api.tls();
+    if !(api.listen.ip().is_loopback() || protected || args.insecure) {
+        bail!(
+            "refusing to serve the HTTP API on {} without authentication and TLS: set [api] \
+             auth = \"token\" and tls_cert / tls_key, or pass --insecure to let anyone who \
+             reaches the port read the traffic{}",
+            api.listen,
+            if api.auth == ApiAuth::Off {
+                " and manage every vSSD"
+            } else {
+                ""
+            }
+        );
+    }
     Ok(cfg)
+}
+
+/// The API's TLS settings from `[api] tls_cert` and `tls_key`, read and
+/// checked at start so that a bad file stops the daemon naming it; `None` for
+/// plain HTTP.
+fn api_tls_config(cfg: &Config) -> Result<Option<Arc<rustls::ServerConfig>>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (Some(cert), Some(key)) = (&cfg.api.tls_cert, &cfg.api.tls_key) else {
+        return Ok(None);
+    };
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .with_context(|| format!("[api] tls_cert {}", cert.display()))?;
+    if certs.is_empty() {
+        bail!(
+            "[api] tls_cert {}: no PEM CERTIFICATE in the file",
+            cert.display()
+        );
+    }
+    let private = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("[api] tls_key {}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut sc = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_no_client_auth()
+        .with_single_cert(certs, private)
+        .with_context(|| {
+            format!(
+                "[api] tls_cert {} and tls_key {} do not make a usable certificate",
+                cert.display(),
+                key.display()
+            )
+        })?;
+    sc.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Some(Arc::new(sc)))
+}
+
+/// The file the first admin token is written to: `<data_dir>/admin.token`.
+fn admin_token_path(cfg: &Config) -> PathBuf {
+    cfg.data_dir.join("admin.token")
+}
+
+/// With `[api] auth = "token"` and no admin token in the store (first start,
+/// or every admin token revoked), makes one and writes it to
+/// `<data_dir>/admin.token`, readable by the daemon's user only (0600). Logs
+/// the path, never the token.
+fn bootstrap_admin_token(cfg: &Config, mgr: &HostManager) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if cfg.api.auth != ApiAuth::Token || mgr.has_admin_token()? {
+        return Ok(());
+    }
+    let path = admin_token_path(cfg);
+    let created_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (token, rec) = mgr.create_api_token("admin", auth::Role::Admin, created_s)?;
+    // A fresh file created 0600 (never a wider mode, even for a moment), then
+    // renamed over any old one.
+    let tmp = path.with_extension("token.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let write = || -> std::io::Result<()> {
+        let mut f = File::options()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        writeln!(f, "{}", token.bearer())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    };
+    if let Err(e) = write() {
+        // Without the file nobody could use the token: take it back.
+        let _ = mgr.revoke_api_token(&rec.id);
+        return Err(e)
+            .with_context(|| format!("writing the first admin token to {}", path.display()));
+    }
+    info!(
+        id = %rec.id,
+        "created the first admin API token; it is in {} (mode 0600): use it with --token-file",
+        path.display()
+    );
+    Ok(())
 }
 
 /// The NBD server's settings from `[nbd]`: TLS (key files read and checked
@@ -145,6 +250,9 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cfg = load_config(args)?;
+    // Read the certificate before touching the data directory, so a bad file
+    // stops the start at once, naming it.
+    let api_tls = api_tls_config(&cfg)?;
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         // The harvester's predictors (candle) would otherwise ask for the CPU
         // count on every matrix product and spread tiny ones over every core.
@@ -158,11 +266,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         HostManager::open(&cfg, Arc::new(MonotonicClock::new()))
             .with_context(|| format!("starting the host manager on {}", cfg.data_dir.display()))?,
     );
+    bootstrap_admin_token(&cfg, &mgr)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting tokio")?;
-    let result = rt.block_on(serve(&cfg, mgr.clone()));
+    let result = rt.block_on(serve(&cfg, mgr.clone(), api_tls));
     // Close every vSSD (checkpoint) whatever happened to the servers.
     let closed = mgr.shutdown();
     rt.shutdown_timeout(Duration::from_secs(2));
@@ -174,7 +283,11 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     Ok(())
 }
 
-async fn serve(cfg: &Config, mgr: Arc<HostManager>) -> Result<()> {
+async fn serve(
+    cfg: &Config,
+    mgr: Arc<HostManager>,
+    api_tls: Option<Arc<rustls::ServerConfig>>,
+) -> Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
 
     // NBD on the unix socket. We hold the data-dir lock, so a socket file left there
@@ -225,18 +338,40 @@ async fn serve(cfg: &Config, mgr: Arc<HostManager>) -> Result<()> {
         info!("NBD listening on tcp {addr}: nbd://{addr}/default");
     }
     {
-        let app = api::router(mgr.clone(), api::Info::new(cfg, &sock, api_addr));
+        let app = api::router(mgr.clone(), api::Info::new(cfg, &sock, api_addr), &cfg.api);
         let mut rx = stop_rx.clone();
-        tasks.spawn(async move {
-            let r = axum::serve(api, app)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                })
-                .await;
-            if let Err(e) = r {
-                error!("HTTP API failed: {e}");
+        match api_tls.clone() {
+            None => {
+                tasks.spawn(async move {
+                    let r = axum::serve(api, app)
+                        .with_graceful_shutdown(async move {
+                            let _ = rx.wait_for(|s| *s).await;
+                        })
+                        .await;
+                    if let Err(e) = r {
+                        error!("HTTP API failed: {e}");
+                    }
+                });
             }
-        });
+            Some(tls) => {
+                let handle = axum_server::Handle::new();
+                let server = axum_server::tls_rustls::from_tcp_rustls(
+                    api.into_std().context("the HTTP API's listener")?,
+                    axum_server::tls_rustls::RustlsConfig::from_config(tls),
+                )
+                .context("serving HTTPS")?
+                .handle(handle.clone());
+                tasks.spawn(async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                    handle.graceful_shutdown(Some(Duration::from_secs(5)));
+                });
+                tasks.spawn(async move {
+                    if let Err(e) = server.serve(app.into_make_service()).await {
+                        error!("HTTPS API failed: {e}");
+                    }
+                });
+            }
+        }
     }
     if cfg.harvest.enabled {
         // The harvester: one period every tick_ms on a blocking thread (it erases
@@ -262,8 +397,10 @@ async fn serve(cfg: &Config, mgr: Arc<HostManager>) -> Result<()> {
         info!(tick_ms = cfg.harvest.tick_ms, "harvester running");
     }
     info!(mode = %cfg.mode, data_dir = %cfg.data_dir.display(), "flexssd running");
+    let scheme = if api_tls.is_some() { "https" } else { "http" };
     info!(
-        "HTTP API listening on http://{api_addr} (try: flexssd --api http://{api_addr} vssd list)"
+        auth = ?cfg.api.auth,
+        "HTTP API listening on {scheme}://{api_addr} (try: flexssd --api {scheme}://{api_addr} vssd list)"
     );
     info!("NBD listening on unix socket {}", sock.display());
     let scheme = if cfg.nbd.tls == NbdTls::Off {

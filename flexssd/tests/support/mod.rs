@@ -33,6 +33,12 @@ pub struct Daemon {
     pub api: String,
     pub sock: PathBuf,
     pub config: PathBuf,
+    /// With `[api] auth = "token"`: the admin token the daemon wrote to
+    /// `<data_dir>/admin.token`, sent by [`Daemon::get`], [`Daemon::cli`] and
+    /// [`http`].
+    pub token: Option<String>,
+    /// With HTTPS: the CA that signed the daemon's certificate.
+    pub ca: Option<PathBuf>,
 }
 
 /// Whether `cmd` is on the PATH.
@@ -86,6 +92,14 @@ impl Daemon {
 
     /// Like [`Daemon::start_with_args`], with extra `[nbd]` settings.
     pub fn start_nbd(body: &str, nbd: &str, args: &[&str]) -> Daemon {
+        Self::start_api(body, "", None, nbd, args)
+    }
+
+    /// Like [`Daemon::start_nbd`], with extra `[api]` settings; with `ca`, the
+    /// API is reached over HTTPS trusting that CA (`api` must then set
+    /// `tls_cert` and `tls_key`). With `auth = "token"` in `api`, the harness
+    /// uses the admin token the daemon writes at its first start.
+    pub fn start_api(body: &str, api: &str, ca: Option<&Path>, nbd: &str, args: &[&str]) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("flexssd-test")
             .tempdir()
@@ -94,18 +108,21 @@ impl Daemon {
         let sock = dir.path().join("nbd.sock");
         let config = dir.path().join("flexssd.toml");
         let text = format!(
-            "data_dir = \"{}\"\n{body}\n[api]\nlisten = \"127.0.0.1:{port}\"\n\n[nbd]\nsocket = \"{}\"\n{nbd}\n",
+            "data_dir = \"{}\"\n{body}\n[api]\nlisten = \"127.0.0.1:{port}\"\n{api}\n\n[nbd]\nsocket = \"{}\"\n{nbd}\n",
             dir.path().join("data").display(),
             sock.display()
         );
         std::fs::write(&config, text).unwrap();
+        let scheme = if ca.is_some() { "https" } else { "http" };
         let mut d = Daemon {
             dir,
             child: None,
             args: args.iter().map(|s| s.to_string()).collect(),
-            api: format!("http://127.0.0.1:{port}"),
+            api: format!("{scheme}://127.0.0.1:{port}"),
             sock,
             config,
+            token: None,
+            ca: ca.map(Path::to_path_buf),
         };
         d.spawn();
         d
@@ -128,7 +145,15 @@ impl Daemon {
             .expect("start flexssd");
         self.child = Some(child);
         let t0 = Instant::now();
+        let token_file = self.admin_token_path();
         loop {
+            if self.token.is_none() {
+                // Written before the API listens, when auth is on.
+                self.token = std::fs::read_to_string(&token_file)
+                    .ok()
+                    .map(|t| t.trim().to_string())
+                    .filter(|t| !t.is_empty());
+            }
             if self.sock.exists() && self.get("/v1/vssds").is_some() {
                 return;
             }
@@ -147,9 +172,47 @@ impl Daemon {
         std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
     }
 
-    /// GET on the API; None if it fails.
+    /// `<data_dir>/admin.token`, where the daemon writes its first admin token.
+    pub fn admin_token_path(&self) -> PathBuf {
+        self.dir.path().join("data").join("admin.token")
+    }
+
+    /// An HTTP agent that trusts the daemon's CA, if it has one.
+    pub fn agent(&self) -> ureq::Agent {
+        let mut b = ureq::AgentBuilder::new();
+        if let Some(ca) = &self.ca {
+            use rustls::pki_types::pem::PemObject;
+            let mut roots = rustls::RootCertStore::empty();
+            for c in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+                roots.add(c.unwrap()).unwrap();
+            }
+            let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+            b = b.tls_config(std::sync::Arc::new(cfg));
+        }
+        b.build()
+    }
+
+    /// A request to the API with `token` (if any) as the bearer token.
+    pub fn request_as(&self, token: Option<&str>, method: &str, path: &str) -> ureq::Request {
+        let r = self
+            .agent()
+            .request(method, &format!("{}{path}", self.api))
+            .timeout(Duration::from_secs(60));
+        match token {
+            Some(t) => r.set("Authorization", &format!("Bearer {t}")),
+            None => r,
+        }
+    }
+
+    /// GET on the API (with the admin token, if any); None if it fails.
     pub fn get(&self, path: &str) -> Option<String> {
-        ureq::get(&format!("{}{path}", self.api))
+        self.request_as(self.token.as_deref(), "GET", path)
             .timeout(Duration::from_secs(5))
             .call()
             .ok()?
@@ -162,13 +225,26 @@ impl Daemon {
         format!("nbd+unix:///{export}?socket={}", self.sock.display())
     }
 
-    /// Runs the CLI against this daemon.
+    /// Runs the CLI against this daemon (as admin when auth is on).
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_flexssd"))
-            .args(args)
+        self.cli_as(self.token.as_deref(), args)
+    }
+
+    /// Runs the CLI against this daemon with `token` in `FLEXSSD_TOKEN`.
+    pub fn cli_as(&self, token: Option<&str>, args: &[&str]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_flexssd"));
+        c.args(args)
             .env("FLEXSSD_API", &self.api)
-            .output()
-            .unwrap()
+            .env_remove("FLEXSSD_TOKEN")
+            .env_remove("FLEXSSD_TOKEN_FILE")
+            .env_remove("FLEXSSD_CA_FILE");
+        if let Some(t) = token {
+            c.env("FLEXSSD_TOKEN", t);
+        }
+        if let Some(ca) = &self.ca {
+            c.env("FLEXSSD_CA_FILE", ca);
+        }
+        c.output().unwrap()
     }
 
     /// Stops the daemon with SIGTERM (clean shutdown) and waits.
@@ -270,15 +346,26 @@ pub fn nbd_python() -> Option<&'static str> {
     ok.then_some("/usr/bin/python3")
 }
 
-/// One HTTP request to the daemon's API: (status, JSON body, or the text as a
-/// JSON string when it is not JSON).
+/// One HTTP request to the daemon's API (as admin when auth is on): (status,
+/// JSON body, or the text as a JSON string when it is not JSON).
 pub fn http(
     d: &Daemon,
     method: &str,
     path: &str,
     body: Option<serde_json::Value>,
 ) -> (u16, serde_json::Value) {
-    let req = ureq::request(method, &format!("{}{path}", d.api)).timeout(Duration::from_secs(60));
+    http_as(d, d.token.as_deref(), method, path, body)
+}
+
+/// Like [`http`], with `token` as the bearer token (none: no credentials).
+pub fn http_as(
+    d: &Daemon,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let req = d.request_as(token, method, path);
     let r = match body {
         Some(b) => req.send_string(&b.to_string()),
         None => req.call(),
