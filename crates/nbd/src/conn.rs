@@ -264,7 +264,12 @@ async fn writer_loop<W: AsyncWrite + Unpin>(mut w: W, sh: Arc<Shared>) -> std::i
             sh.data_ready.notified().await;
             continue;
         }
-        if let Err(e) = w.write_all(&spare.data[..spare.used]).await {
+        // The flush is free on a socket; under TLS it sends the buffered records.
+        let sent = match w.write_all(&spare.data[..spare.used]).await {
+            Ok(()) => w.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = sent {
             let waiting = {
                 let mut st = sh.state.lock();
                 st.failed = true;

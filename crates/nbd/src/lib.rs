@@ -527,6 +527,9 @@ fn log_end(r: Result<(), NbdError>) {
     }
 }
 
+/// Socket-side buffer, each way, under a TLS session.
+const TLS_BUFFER: usize = 256 * 1024;
+
 /// Counts a tenant's open connection while it lives.
 struct TenantSlot {
     inner: Arc<Inner>,
@@ -598,6 +601,11 @@ impl Inner {
                     .ok_or_else(|| NbdError::Tls("TLS is off".into()))?;
                 let ssl = openssl::ssl::Ssl::new(tls.context())
                     .map_err(|e| NbdError::Tls(e.to_string()))?;
+                // OpenSSL writes each 16 KiB record to its transport on its own,
+                // and reads one record at a time: buffer both ways, so a batch of
+                // replies leaves in few socket writes (the writer flushes after
+                // each batch) and a burst of requests arrives in few reads.
+                let stream = tokio::io::BufStream::with_capacity(TLS_BUFFER, TLS_BUFFER, stream);
                 let mut s = tokio_openssl::SslStream::new(ssl, stream)
                     .map_err(|e| NbdError::Tls(e.to_string()))?;
                 tokio::time::timeout_at(deadline, std::pin::Pin::new(&mut s).accept())
