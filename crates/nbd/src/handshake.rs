@@ -111,7 +111,18 @@ where
     let tls_missing = mode == TlsMode::Require && !session.secure;
     let visible = |e: &Export| tls::may_open(mode, session.identity.as_deref(), e.owner.as_deref());
     // An export this client may not see does not exist, as far as it can tell.
-    let lookup = |name: &str| registry.lookup(name).filter(|e| visible(e));
+    // The default export ("") is the registry's default when this client may
+    // see it, else the first export it may see: another tenant's default must
+    // neither show nor hide anything.
+    let lookup = |name: &str| match registry.lookup(name).filter(|e| visible(e)) {
+        None if name.is_empty() && mode != TlsMode::Off => registry
+            .list()
+            .into_iter()
+            .find(|l| tls::may_open(mode, session.identity.as_deref(), l.owner.as_deref()))
+            .and_then(|l| registry.lookup(&l.name))
+            .filter(|e| visible(e)),
+        found => found,
+    };
 
     let mut structured = false;
     let mut data = Vec::new();

@@ -22,7 +22,8 @@ use std::path::{Path, PathBuf};
 use openssl::ex_data::Index;
 use openssl::nid::Nid;
 use openssl::ssl::{
-    Ssl, SslContext, SslContextBuilder, SslFiletype, SslMethod, SslRef, SslVerifyMode,
+    Ssl, SslContext, SslContextBuilder, SslFiletype, SslMethod, SslRef, SslSessionCacheMode,
+    SslVerifyMode,
 };
 
 /// Whether the server offers, requires or refuses TLS (nbdkit's `--tls`).
@@ -209,9 +210,21 @@ impl Tls {
             .map_err(ssl("creating the TLS context"))?;
         b.set_min_proto_version(Some(openssl::ssl::SslVersion::TLS1_2))
             .map_err(ssl("TLS versions"))?;
-        // TLS 1.2 needs the PSK cipher suites named; TLS 1.3 uses its defaults.
+        // TLS 1.2 needs the PSK cipher suites named.
         b.set_cipher_list("HIGH:!aNULL:!MD5:!RC4:PSK")
             .map_err(ssl("cipher list"))?;
+        // TLS 1.3: only SHA-256 suites. OpenSSL treats a key from the PSK
+        // callback as a SHA-256 session; with a SHA-384 suite chosen it would
+        // drop that PSK without checking its binder and fall back to a
+        // certificate handshake, after the callback had already named the
+        // user. With SHA-256 suites only, every key handed out is proven by
+        // the client's binder or the handshake fails.
+        b.set_ciphersuites("TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256")
+            .map_err(ssl("TLS 1.3 cipher suites"))?;
+        // No resumption: every session authenticates afresh, so a reused
+        // session can only mean an external PSK (see `identity`).
+        b.set_num_tickets(0).map_err(ssl("session tickets"))?;
+        b.set_session_cache_mode(SslSessionCacheMode::OFF);
         if let Some(dir) = &setup.certificates {
             let file = |name: &str| dir.join(name);
             for f in ["ca-cert.pem", "server-cert.pem", "server-key.pem"] {
@@ -275,7 +288,14 @@ impl Tls {
     /// The tenant a finished TLS handshake authenticated: the PSK username, or
     /// else the common name of the client's (CA-verified) certificate.
     pub(crate) fn identity(&self, ssl: &SslRef) -> Option<String> {
-        if let Some(user) = ssl.ex_data(self.psk_user) {
+        // The callback's username counts only if the session really rests on
+        // that PSK: in TLS 1.3 an external PSK makes the session "reused"
+        // (there is no other resumption here), in TLS 1.2 the cipher is a PSK one.
+        let psk_used = ssl.session_reused()
+            || ssl
+                .current_cipher()
+                .is_some_and(|c| c.name().contains("PSK"));
+        if let Some(user) = ssl.ex_data(self.psk_user).filter(|_| psk_used) {
             return Some(user.clone());
         }
         let cert = ssl.peer_certificate()?;

@@ -161,6 +161,14 @@ fn psk_tenants_list_and_open_only_their_own_exports() {
     // She opens hers; bob's is unknown to her.
     let info = ok(Command::new("nbdinfo").args(["--size", &s.psk_uri("alice-db", "alice", &keys)]));
     assert_eq!(info.trim(), (64u64 << 20).to_string());
+    // The default export is the first one each tenant may see.
+    for (user, theirs) in [("alice", "alice-db"), ("bob", "bob-db")] {
+        let j = ok(Command::new("nbdinfo").args(["--json", &s.psk_uri("", user, &keys)]));
+        assert!(
+            j.contains(&format!("\"export-name\": \"{theirs}\"")),
+            "{user}: {j}"
+        );
+    }
     let err = fails(Command::new("nbdinfo").args(["--size", &s.psk_uri("bob-db", "alice", &keys)]));
     assert!(
         err.contains("bob-db") || err.to_lowercase().contains("unknown"),
@@ -424,4 +432,119 @@ fn a_tenant_over_its_connection_limit_is_cut_off() {
     let out = ok(Command::new("/usr/bin/python3").args(["-c", &script]));
     assert!(out.contains("third: refused"), "{out}");
     assert!(out.contains("bob: connected"), "{out}");
+}
+
+#[test]
+fn tls_over_tcp_with_a_psk() {
+    if !have("nbdinfo") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.psk");
+    std::fs::write(&keys, format!("alice:{ALICE_KEY}\nbob:{BOB_KEY}\n")).unwrap();
+    let reg = MapRegistry::new();
+    reg.insert(export("alice-db", Some("alice")));
+    reg.insert(export("bob-db", Some("bob")));
+    let tls = Tls::new(TlsSetup {
+        mode: TlsMode::Require,
+        psk: Some(PskKeys::load(&keys).unwrap()),
+        ..TlsSetup::default()
+    })
+    .unwrap()
+    .map(Arc::new);
+    let server = Server::new(
+        Arc::new(reg),
+        ServerConfig {
+            tls,
+            ..ServerConfig::default()
+        },
+    );
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let (port_tx, port_rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            port_tx.send(l.local_addr().unwrap().port()).unwrap();
+            server.serve_tcp(l, rx).await.unwrap();
+        });
+    });
+    let port = port_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let uri = |user: &str, export: &str| {
+        format!(
+            "nbds://{user}@127.0.0.1:{port}/{export}?tls-psk-file={}",
+            keys.display()
+        )
+    };
+    let list = ok(Command::new("nbdinfo").args(["--list", "--json", &uri("alice", "")]));
+    assert!(
+        list.contains("\"alice-db\"") && !list.contains("bob-db"),
+        "{list}"
+    );
+    ok(Command::new("nbdinfo").arg(uri("bob", "bob-db")));
+    fails(Command::new("nbdinfo").arg(uri("bob", "alice-db")));
+    // Plaintext over TCP is refused too.
+    fails(Command::new("nbdinfo").arg(format!("nbd://127.0.0.1:{port}/alice-db")));
+    let _ = stop.send(true);
+    thread.join().unwrap();
+}
+
+/// The PSK fallback hole: with a SHA-384 TLS 1.3 suite, OpenSSL would drop a
+/// PSK it cannot use without checking the client's binder and carry on with a
+/// certificate handshake. The server offers only SHA-256 suites, so a client
+/// that insists on SHA-384 gets no session at all.
+#[test]
+fn a_sha384_only_client_gets_no_session() {
+    if !have("openssl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    if !make_certs(dir.path()) {
+        return;
+    }
+    let keys = dir.path().join("keys.psk");
+    std::fs::write(&keys, format!("alice:{ALICE_KEY}\n")).unwrap();
+    let certs = dir.path().to_path_buf();
+    let setup = TlsSetup {
+        psk: Some(PskKeys::load(&keys).unwrap()),
+        certificates: Some(certs),
+        ..TlsSetup::default()
+    };
+    let s = TlsServer::start(dir, TlsMode::Require, setup, ServerConfig::default());
+    let handshake = |suites: &str| {
+        let mut c = std::os::unix::net::UnixStream::connect(&s.sock).unwrap();
+        let mut greeting = [0u8; 18];
+        c.read_exact(&mut greeting).unwrap();
+        c.write_all(&3u32.to_be_bytes()).unwrap();
+        let mut opt = b"IHAVEOPT".to_vec();
+        opt.extend_from_slice(&5u32.to_be_bytes()); // NBD_OPT_STARTTLS
+        opt.extend_from_slice(&0u32.to_be_bytes());
+        c.write_all(&opt).unwrap();
+        let mut ack = [0u8; 20];
+        c.read_exact(&mut ack).unwrap();
+        let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls_client())
+            .unwrap();
+        b.set_min_proto_version(Some(openssl::ssl::SslVersion::TLS1_3))
+            .unwrap();
+        b.set_ciphersuites(suites).unwrap();
+        b.set_verify(openssl::ssl::SslVerifyMode::NONE);
+        b.build()
+            .configure()
+            .unwrap()
+            .verify_hostname(false)
+            .connect("localhost", c)
+            .is_ok()
+    };
+    assert!(
+        handshake("TLS_AES_128_GCM_SHA256"),
+        "a SHA-256 suite works (the harness is sound)"
+    );
+    assert!(
+        !handshake("TLS_AES_256_GCM_SHA384"),
+        "a SHA-384-only client got a session"
+    );
 }
