@@ -198,7 +198,7 @@ pub fn router(mgr: Arc<HostManager>, info: Info, api: &ApiConfig) -> Router {
         info,
         metrics,
         auth: api.auth,
-        metrics_auth: api.metrics_auth,
+        metrics_auth: api.metrics_need_token(),
         max_body,
     });
     Router::new()

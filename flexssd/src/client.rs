@@ -98,6 +98,22 @@ fn tls_trusting(path: &Path) -> Result<rustls::ClientConfig> {
         .with_no_client_auth())
 }
 
+/// The host of `base` when it is plain `http://` to somewhere other than this
+/// machine (where a bearer token would cross a network unencrypted).
+fn plaintext_remote(base: &str) -> Option<&str> {
+    let rest = base.strip_prefix("http://")?;
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    (!loopback).then_some(host)
+}
+
 /// A client of one daemon's API.
 pub struct Client {
     base: String,
@@ -121,10 +137,16 @@ impl Client {
         if let Some(tls) = settings.and_then(|s| s.tls.clone()) {
             agent = agent.tls_config(tls);
         }
+        let authorization = settings.and_then(|s| s.authorization.clone());
+        if let Some(host) = authorization.as_ref().and(plaintext_remote(&base)) {
+            eprintln!(
+                "warning: sending the API token in plain HTTP to {host}, where anyone on the path can read it; use https://"
+            );
+        }
         Self {
             base,
             agent: agent.build(),
-            authorization: settings.and_then(|s| s.authorization.clone()),
+            authorization,
         }
     }
 
@@ -497,4 +519,24 @@ pub fn stats(c: &Client, as_json: bool) -> Result<()> {
         &rows,
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plaintext_remote;
+
+    #[test]
+    fn tokens_over_plain_http_to_other_hosts_are_flagged() {
+        for local in [
+            "http://127.0.0.1:8740",
+            "http://localhost:8740/",
+            "http://[::1]:8740",
+            "https://10.0.0.5:8740",
+        ] {
+            assert_eq!(plaintext_remote(local), None, "{local}");
+        }
+        assert_eq!(plaintext_remote("http://10.0.0.5:8740"), Some("10.0.0.5"));
+        assert_eq!(plaintext_remote("http://storage-1/v1"), Some("storage-1"));
+        assert_eq!(plaintext_remote("http://[fd00::1]:8740"), Some("fd00::1"));
+    }
 }

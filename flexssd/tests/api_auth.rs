@@ -225,8 +225,22 @@ fn missing_malformed_and_revoked_tokens_get_401() {
     // Revoking it again: 404 naming the id.
     let out = d.cli(&["token", "revoke", id]);
     assert!(!out.status.success() && stderr(&out).contains(id));
-    // The metrics are open by default (metrics_auth = false).
+    // With tokens on, the metrics need an admin's by default (they name
+    // every tenant's vSSDs).
+    assert_eq!(http_as(&d, None, "GET", "/metrics", None).0, 401);
+}
+
+#[test]
+fn metrics_can_be_opened_to_scrapers() {
+    let d = Daemon::start_api(
+        SMALL,
+        "auth = \"token\"\nmetrics_auth = false\n",
+        None,
+        "",
+        &[],
+    );
     assert_eq!(http_as(&d, None, "GET", "/metrics", None).0, 200);
+    assert_eq!(http_as(&d, None, "GET", "/v1/vssds", None).0, 401);
 }
 
 #[test]

@@ -43,10 +43,11 @@ pub struct ApiConfig {
     /// PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_key: Option<PathBuf>,
-    /// With `auth = "token"`, `/metrics` also needs an admin token. Default
-    /// false: scrapers need no token (and see every vSSD's name).
+    /// Whether `/metrics` needs an admin token. Default: yes when
+    /// `auth = "token"` (the metrics name every tenant's vSSDs); `false` opens
+    /// them to scrapers without a token. See [`ApiConfig::metrics_need_token`].
     #[serde(default)]
-    pub metrics_auth: bool,
+    pub metrics_auth: Option<bool>,
     /// Largest request body accepted; bigger ones get 413. Default 1 MiB.
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: ByteSize,
@@ -67,13 +68,19 @@ impl Default for ApiConfig {
             auth: ApiAuth::Off,
             tls_cert: None,
             tls_key: None,
-            metrics_auth: false,
+            metrics_auth: None,
             max_body_bytes: default_max_body_bytes(),
         }
     }
 }
 
 impl ApiConfig {
+    /// Whether `/metrics` needs an admin token: `metrics_auth`, or by default
+    /// whenever the API checks tokens at all.
+    pub fn metrics_need_token(&self) -> bool {
+        self.auth == ApiAuth::Token && self.metrics_auth.unwrap_or(true)
+    }
+
     /// Whether the API serves HTTPS (`tls_cert` and `tls_key` set).
     pub fn tls(&self) -> bool {
         self.tls_cert.is_some() && self.tls_key.is_some()
@@ -90,7 +97,7 @@ impl ApiConfig {
             }
             _ => {}
         }
-        if self.metrics_auth && self.auth == ApiAuth::Off {
+        if self.metrics_auth == Some(true) && self.auth == ApiAuth::Off {
             return Err(
                 "[api] metrics_auth = true needs auth = \"token\" (there are no tokens to check)"
                     .into(),
@@ -114,6 +121,20 @@ impl ApiConfig {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn metrics_need_a_token_by_default_once_tokens_are_on() {
+        let need = |text: &str| {
+            crate::Config::from_toml(text)
+                .unwrap()
+                .api
+                .metrics_need_token()
+        };
+        assert!(!need(""), "auth off: nothing to check");
+        assert!(need("[api]\nauth = \"token\"\n"));
+        assert!(!need("[api]\nauth = \"token\"\nmetrics_auth = false\n"));
+    }
+
     use super::*;
     use crate::Config;
 
@@ -129,7 +150,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.api.auth, ApiAuth::Token);
-        assert!(c.api.tls() && c.api.metrics_auth);
+        assert!(c.api.tls() && c.api.metrics_need_token());
         assert_eq!(c.api.max_body_bytes, ByteSize(64 << 10));
     }
 
