@@ -572,10 +572,12 @@ async fn put_sla(
     UrlPath(name): UrlPath<String>,
     Body(b): Body,
 ) -> ApiResult<impl IntoResponse> {
-    require_vssd(&st, &p, &name, "set the SLA of")?;
+    // The manager re-checks under its lifecycle lock that this is still the
+    // vSSD whose owner was checked (not one re-created under its name since).
+    let id = require_vssd(&st, &p, &name, "set the SLA of")?.id;
     let sla: Option<sched::TenantSla> = body(&b)?;
     Ok(Json(
-        blocking(&st, move |m| m.set_vssd_sla(&name, sla)).await?,
+        blocking(&st, move |m| m.set_vssd_sla_expecting(&name, Some(id), sla)).await?,
     ))
 }
 
@@ -615,9 +617,9 @@ async fn delete_vssd(
     Caller(p): Caller,
     UrlPath(name): UrlPath<String>,
 ) -> ApiResult<impl IntoResponse> {
-    require_vssd(&st, &p, &name, "delete")?;
+    let id = require_vssd(&st, &p, &name, "delete")?.id;
     let n = name.clone();
-    blocking(&st, move |m| m.delete_vssd(&n)).await?;
+    blocking(&st, move |m| m.delete_vssd_expecting(&n, Some(id))).await?;
     Ok(Json(serde_json::json!({ "deleted": name })))
 }
 

@@ -376,6 +376,16 @@ impl HostManager {
         Ok((d.dev.clone(), d.rec.backend.clone()))
     }
 
+    /// Whether `name` is still the vSSD with record id `id` (`None`: any).
+    fn expect_id(&self, name: &str, id: Option<u32>) -> Result<()> {
+        match id {
+            Some(id) if self.state.read().vssds.get(name).map(|e| e.rec.id) != Some(id) => {
+                Err(ControlError::NoSuchVssd(name.into()))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn insert_entry(&self, rec: VssdRecord, vssd: Arc<Vssd>, publish: bool) {
         let mut st = self.state.write();
         self.insert_entry_locked(&mut st, rec, vssd, publish);
@@ -625,7 +635,15 @@ impl HostManager {
     /// and frees its channels. Open NBD connections to it fail from then on. Calling
     /// it again after a failure finishes the job.
     pub fn delete_vssd(&self, name: &str) -> Result<()> {
+        self.delete_vssd_expecting(name, None)
+    }
+
+    /// [`Self::delete_vssd`], but only if `name` is still the vSSD whose record
+    /// id is `id` (ids are never reused): a caller that checked who owns the
+    /// vSSD never deletes one created under the same name since (404 instead).
+    pub fn delete_vssd_expecting(&self, name: &str, id: Option<u32>) -> Result<()> {
         let _g = self.lifecycle.lock();
+        self.expect_id(name, id)?;
         if self.state.read().is_ghost(name) {
             return Err(ControlError::IsGssd(name.into()));
         }

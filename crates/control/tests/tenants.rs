@@ -118,3 +118,31 @@ fn tier_volumes_and_config_vssds_carry_their_tenant() {
         assert!(e.contains(key), "{e}");
     }
 }
+
+#[test]
+fn a_check_on_one_vssd_never_acts_on_its_namesake() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = HostManager::open(&config(dir.path(), ""), Arc::new(VirtualClock::new(0))).unwrap();
+    let spec = |tenant: &str| VssdSpec {
+        name: "db".into(),
+        channels: Some(1),
+        tenant: Some(tenant.into()),
+        ..VssdSpec::default()
+    };
+    // alice's "db" is checked by the API, then deleted and re-created by bob
+    // before the API acts on what it checked.
+    let checked = m.create_vssd(&spec("alice")).unwrap().id;
+    m.delete_vssd("db").unwrap();
+    let bobs = m.create_vssd(&spec("bob")).unwrap().id;
+    assert_ne!(checked, bobs, "record ids are never reused");
+    let e = m.delete_vssd_expecting("db", Some(checked)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    let e = m
+        .set_vssd_sla_expecting("db", Some(checked), None)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    assert_eq!(m.get("db").unwrap().tenant.as_deref(), Some("bob"));
+    // The right id acts.
+    m.delete_vssd_expecting("db", Some(bobs)).unwrap();
+    assert!(m.get("db").is_err());
+}

@@ -118,10 +118,22 @@ impl HostManager {
     /// Sets (or with `None` clears) a vSSD's SLA: recorded durably, then applied
     /// to its scheduler at once (requests already waiting keep their slots).
     pub fn set_vssd_sla(&self, name: &str, sla: Option<TenantSla>) -> Result<VssdSlaInfo> {
+        self.set_vssd_sla_expecting(name, None, sla)
+    }
+
+    /// [`Self::set_vssd_sla`], but only if `name` is still the vSSD with record
+    /// id `id` (see [`Self::delete_vssd_expecting`]).
+    pub fn set_vssd_sla_expecting(
+        &self,
+        name: &str,
+        id: Option<u32>,
+        sla: Option<TenantSla>,
+    ) -> Result<VssdSlaInfo> {
         if let Some(s) = &sla {
             Self::check_sla(name, s)?;
         }
         let _g = self.lifecycle.lock();
+        self.expect_id(name, id)?;
         let mut rec = {
             let st = self.state.read();
             let e = st.active(name)?;
