@@ -167,6 +167,11 @@ pub struct HarvestVolumeRecord {
     /// reclamation); the tenant must move off by this time (ns).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evict_by: Option<u64>,
+    /// The owner its export is published for: the harvest tenant's vSSD's
+    /// tenant when the volume was created (fixed then, so the export never
+    /// depends on looking the owner up later). `None`: shared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// The control store: a redb database, on disk or in memory.

@@ -50,7 +50,7 @@ impl Harvester {
         let Some(v) = st.volumes.get(name) else {
             return;
         };
-        let owner = host.tenant_of(&v.rec.tenant);
+        let owner = v.rec.owner.clone();
         host.exports().add(
             name,
             Publish {
@@ -202,6 +202,7 @@ impl Harvester {
             until: now.saturating_add(duration),
             segments,
             evict_by: None,
+            owner: host.tenant_of(&req.tenant),
         };
         if let Err(e) = self.store.put_harvest_volume(&rec) {
             let mut st = self.lock();
