@@ -2,76 +2,17 @@
 //! qemu-io, fio's nbd engine) against the server on a Unix socket. A test whose
 //! client is not installed prints why and passes without running.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
-use std::time::Duration;
 
 use blockdev::{BlockDev, IoResult, MemDev};
 use clock::{Clock, MonotonicClock};
-use nbd::{Export, MapRegistry, Server, ServerConfig};
+use nbd::Export;
+
+mod support;
 use rng::SplitMix64;
-
-/// A server running on its own tokio runtime in a background thread.
-struct TestServer {
-    dir: tempfile::TempDir,
-    sock: PathBuf,
-    stop: tokio::sync::watch::Sender<bool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl TestServer {
-    fn start(exports: Vec<Export>) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let sock = dir.path().join("nbd.sock");
-        let reg = MapRegistry::new();
-        let default = exports[0].name.clone();
-        for e in exports {
-            reg.insert(e);
-        }
-        reg.set_default(Some(&default));
-        let server = Server::new(Arc::new(reg), ServerConfig::default());
-        let (stop, rx) = tokio::sync::watch::channel(false);
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let path = sock.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::UnixListener::bind(&path).unwrap();
-                ready_tx.send(()).unwrap();
-                server.serve_unix(listener, rx).await.unwrap();
-            });
-        });
-        ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        Self {
-            dir,
-            sock,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn uri(&self, export: &str) -> String {
-        format!("nbd+unix:///{export}?socket={}", self.sock.display())
-    }
-
-    fn tmp(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        let _ = self.stop.send(true);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
+use support::Running;
 
 fn have(tool: &str) -> bool {
     let found = Command::new("which")
@@ -198,7 +139,7 @@ fn nbdinfo_lists_exports() {
     }
     let (a, _) = mem("alpha", 1 << 20);
     let (b, _) = mem("beta", 2 << 20);
-    let s = TestServer::start(vec![a, b]);
+    let s = Running::serve(vec![a, b]);
     let out = run(Command::new("nbdinfo").arg("--list").arg(s.uri("")));
     let text = String::from_utf8_lossy(&out.stdout);
     for needle in [
@@ -219,7 +160,7 @@ fn nbdinfo_describes_an_export() {
         return;
     }
     let (a, _) = mem("disk", 64 << 20);
-    let s = TestServer::start(vec![a]);
+    let s = Running::serve(vec![a]);
     let out = run(Command::new("nbdinfo").arg(s.uri("disk")));
     let text = String::from_utf8_lossy(&out.stdout);
     for needle in [
@@ -253,13 +194,13 @@ fn nbdcopy_round_trip() {
     const LEN: usize = 24 << 20;
     let (e, dev) = mem("copy", LEN as u64);
     let (p, _) = (paced("paced", LEN as u64), ());
-    let s = TestServer::start(vec![e, p]);
-    let src = s.tmp("src.img");
+    let s = Running::serve(vec![e, p]);
+    let src = s.path("src.img");
     let data = pattern(LEN, 42);
     std::fs::write(&src, &data).unwrap();
     for export in ["copy", "paced"] {
         run(Command::new("nbdcopy").arg(&src).arg(s.uri(export)));
-        let back = s.tmp(&format!("back-{export}.img"));
+        let back = s.path(&format!("back-{export}.img"));
         run(Command::new("nbdcopy").arg(s.uri(export)).arg(&back));
         let got = std::fs::read(&back).unwrap();
         assert_eq!(got.len(), LEN);
@@ -279,8 +220,8 @@ fn qemu_img_compare() {
     }
     const LEN: usize = 8 << 20;
     let (e, dev) = mem("disk", LEN as u64);
-    let s = TestServer::start(vec![e]);
-    let src = s.tmp("src.img");
+    let s = Running::serve(vec![e]);
+    let src = s.path("src.img");
     let data = pattern(LEN, 7);
     std::fs::write(&src, &data).unwrap();
     run(Command::new("qemu-img")
@@ -315,7 +256,7 @@ fn qemu_io_pattern_write_and_read() {
         return;
     }
     let (e, dev) = mem("disk", 16 << 20);
-    let s = TestServer::start(vec![e, paced("paced", 16 << 20)]);
+    let s = Running::serve(vec![e, paced("paced", 16 << 20)]);
     for export in ["disk", "paced"] {
         let out = run(Command::new("qemu-io").args([
             "-f",
@@ -387,7 +328,7 @@ fn fio_verify_crc32c() {
         return;
     }
     let (e, _) = mem("disk", 64 << 20);
-    let s = TestServer::start(vec![e, paced("paced", 64 << 20)]);
+    let s = Running::serve(vec![e, paced("paced", 64 << 20)]);
     fio(
         &s.uri("disk"),
         s.dir.path(),

@@ -14,14 +14,21 @@ use std::time::{Duration, Instant};
 use blockdev::MemDev;
 use nbd::{Export, MapRegistry, PskKeys, Server, ServerConfig, Tls, TlsMode, TlsSetup};
 
+mod support;
+use support::Running;
+
 const ALICE_KEY: &str = "a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1";
 const BOB_KEY: &str = "b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0";
 
-struct TlsServer {
-    dir: tempfile::TempDir,
-    sock: PathBuf,
-    stop: tokio::sync::watch::Sender<bool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+/// A TLS server with exports `alice-db` (alice's, the registry's default),
+/// `bob-db` (bob's) and `shared` (no owner).
+struct TlsServer(Running);
+
+impl std::ops::Deref for TlsServer {
+    type Target = Running;
+    fn deref(&self) -> &Running {
+        &self.0
+    }
 }
 
 fn export(name: &str, owner: Option<&str>) -> Export {
@@ -36,42 +43,18 @@ fn export(name: &str, owner: Option<&str>) -> Export {
 }
 
 impl TlsServer {
-    /// A server with exports `alice-db` (alice's), `bob-db` (bob's) and
-    /// `shared` (no owner), in TLS mode `mode` with `setup`'s credentials.
+    /// Starts it in TLS mode `mode` with `setup`'s credentials.
     fn start(dir: tempfile::TempDir, mode: TlsMode, setup: TlsSetup, config: ServerConfig) -> Self {
-        let sock = dir.path().join("nbd.sock");
-        let reg = MapRegistry::new();
-        reg.insert(export("alice-db", Some("alice")));
-        reg.insert(export("bob-db", Some("bob")));
-        reg.insert(export("shared", None));
         let tls = Tls::new(TlsSetup { mode, ..setup }).unwrap().map(Arc::new);
-        let server = Server::new(Arc::new(reg), ServerConfig { tls, ..config });
-        let (stop, rx) = tokio::sync::watch::channel(false);
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let path = sock.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::UnixListener::bind(&path).unwrap();
-                ready_tx.send(()).unwrap();
-                server.serve_unix(listener, rx).await.unwrap();
-            });
-        });
-        ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        Self {
+        Self(Running::start(
             dir,
-            sock,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+            vec![
+                export("alice-db", Some("alice")),
+                export("bob-db", Some("bob")),
+                export("shared", None),
+            ],
+            ServerConfig { tls, ..config },
+        ))
     }
 
     /// A libnbd URI for `export` as PSK user `user` (keys in `psk`).
@@ -81,15 +64,6 @@ impl TlsServer {
             self.sock.display(),
             psk.display()
         )
-    }
-}
-
-impl Drop for TlsServer {
-    fn drop(&mut self) {
-        let _ = self.stop.send(true);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -526,8 +500,8 @@ fn a_sha384_only_client_gets_no_session() {
         c.write_all(&opt).unwrap();
         let mut ack = [0u8; 20];
         c.read_exact(&mut ack).unwrap();
-        let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls_client())
-            .unwrap();
+        let mut b =
+            openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls_client()).unwrap();
         b.set_min_proto_version(Some(openssl::ssl::SslVersion::TLS1_3))
             .unwrap();
         b.set_ciphersuites(suites).unwrap();
