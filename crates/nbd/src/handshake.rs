@@ -109,7 +109,9 @@ where
     };
     let mode = config.tls.as_ref().map_or(TlsMode::Off, |t| t.mode());
     let tls_missing = mode == TlsMode::Require && !session.secure;
-    let visible = |e: &Export| tls::may_open(mode, session.identity.as_deref(), e.owner.as_deref());
+    // Whether this client may see an export owned by `owner` (the one rule).
+    let may = |owner: Option<&str>| tls::may_open(mode, session.identity.as_deref(), owner);
+    let visible = |e: &Export| may(e.owner.as_deref());
     // An export this client may not see does not exist, as far as it can tell.
     // The default export ("") is the registry's default when this client may
     // see it, else the first export it may see: another tenant's default must
@@ -118,7 +120,7 @@ where
         None if name.is_empty() && mode != TlsMode::Off => registry
             .list()
             .into_iter()
-            .find(|l| tls::may_open(mode, session.identity.as_deref(), l.owner.as_deref()))
+            .find(|l| may(l.owner.as_deref()))
             .and_then(|l| registry.lookup(&l.name))
             .filter(|e| visible(e)),
         found => found,
@@ -216,7 +218,7 @@ where
             }
             ClientOption::List => {
                 for l in registry.list() {
-                    if tls::may_open(mode, session.identity.as_deref(), l.owner.as_deref()) {
+                    if may(l.owner.as_deref()) {
                         proto::put_list_entry(&mut out, &l.name, &l.description);
                     }
                 }

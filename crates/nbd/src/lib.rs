@@ -577,12 +577,11 @@ impl Inner {
         let limit = self.config.handshake_timeout;
         let deadline = tokio::time::Instant::now() + limit;
         let mut session = handshake::Session::default();
-        let first = tokio::select! {
-            biased;
-            _ = conn::wait_shutdown(&mut stop) => return Ok(()),
-            r = tokio::time::timeout_at(deadline, handshake::negotiate(&*self.registry, &self.config, &mut session, &mut inbuf, &mut stream)) => {
-                r.map_err(|_| NbdError::HandshakeTimeout(limit))??
-            }
+        let Some(first) = self
+            .phase(&mut session, &mut inbuf, &mut stream, deadline, &mut stop)
+            .await?
+        else {
+            return Ok(());
         };
         match first {
             handshake::Outcome::Closed => Ok(()),
@@ -619,12 +618,11 @@ impl Inner {
                     None => None,
                 };
                 tracing::debug!(tenant = ?session.identity, "NBD client authenticated over TLS");
-                let second = tokio::select! {
-                    biased;
-                    _ = conn::wait_shutdown(&mut stop) => return Ok(()),
-                    r = tokio::time::timeout_at(deadline, handshake::negotiate(&*self.registry, &self.config, &mut session, &mut inbuf, &mut s)) => {
-                        r.map_err(|_| NbdError::HandshakeTimeout(limit))??
-                    }
+                let Some(second) = self
+                    .phase(&mut session, &mut inbuf, &mut s, deadline, &mut stop)
+                    .await?
+                else {
+                    return Ok(());
                 };
                 match second {
                     handshake::Outcome::Go(neg) => {
@@ -635,6 +633,26 @@ impl Inner {
                     handshake::Outcome::Closed | handshake::Outcome::StartTls => Ok(()),
                 }
             }
+        }
+    }
+
+    /// One phase of option haggling on `stream`, within the handshake's
+    /// `deadline`; `None` when shutdown came first.
+    async fn phase<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        session: &mut handshake::Session,
+        inbuf: &mut inbuf::InBuf,
+        stream: &mut S,
+        deadline: tokio::time::Instant,
+        stop: &mut Option<watch::Receiver<bool>>,
+    ) -> Result<Option<handshake::Outcome>, NbdError> {
+        let haggle = handshake::negotiate(&*self.registry, &self.config, session, inbuf, stream);
+        tokio::select! {
+            biased;
+            _ = conn::wait_shutdown(stop) => Ok(None),
+            r = tokio::time::timeout_at(deadline, haggle) => r
+                .map_err(|_| NbdError::HandshakeTimeout(self.config.handshake_timeout))?
+                .map(Some),
         }
     }
 
