@@ -234,12 +234,12 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-fn json<T: Serialize>(v: &T) -> Result<()> {
+pub(crate) fn json<T: Serialize>(v: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
 
-fn channels(ch: &[u32]) -> String {
+pub(crate) fn channels(ch: &[u32]) -> String {
     control::channel_list(ch)
 }
 
@@ -282,7 +282,12 @@ pub fn vssd(c: &Client, cmd: &VssdCmd) -> Result<()> {
             sla,
             role,
             tenant,
+            host,
+            percentile,
         } => {
+            if host.is_some() || percentile.is_some() {
+                bail!("--host and --percentile place a vSSD in a fleet: give --cluster URL (or FLEXSSD_CLUSTER)");
+            }
             let spec = VssdSpec {
                 role: *role,
                 tenant: tenant.clone(),

@@ -101,7 +101,7 @@ pub struct EventsArgs {
     follow: bool,
     /// Print JSON lines.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
 }
 
 fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {

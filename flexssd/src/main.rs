@@ -7,6 +7,7 @@
 
 mod api;
 mod client;
+mod cluster_cmd;
 mod elastic_cmd;
 mod harvest_cmd;
 mod metrics;
@@ -50,6 +51,10 @@ struct Cli {
     /// the built-in public roots).
     #[arg(long, global = true, env = "FLEXSSD_CA_FILE", value_name = "FILE")]
     ca_file: Option<PathBuf>,
+    /// URL of a fleet scheduler's API (`flexssd cluster serve`): `vssd`
+    /// and `events` then act on the whole fleet.
+    #[arg(long, global = true, env = "FLEXSSD_CLUSTER", value_name = "URL")]
+    cluster: Option<String>,
     #[command(subcommand)]
     cmd: Command,
 }
@@ -91,6 +96,8 @@ enum Command {
     Events(harvest_cmd::EventsArgs),
     /// API tokens (admins): create, list, revoke.
     Token(token_cmd::TokenArgs),
+    /// A fleet of hosts on etcd: run a scheduler, list hosts, fleet status.
+    Cluster(cluster_cmd::ClusterArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -160,7 +167,7 @@ enum VssdCmd {
         /// Name, also the NBD export name (1-64 characters of A-Z a-z 0-9 . _ -).
         name: String,
         /// Number of whole channels (the lowest-numbered free ones).
-        #[arg(long, required_unless_present = "channel_ids")]
+        #[arg(long, required_unless_present_any = ["channel_ids", "percentile"])]
         channels: Option<u32>,
         /// Exported size: bytes or with a K/M/G/T suffix (default: raw flash less 12.5%).
         #[arg(long, value_parser = parse_size, value_name = "SIZE")]
@@ -187,6 +194,13 @@ enum VssdCmd {
         /// username or certificate name is this tenant lists and opens it.
         #[arg(long)]
         tenant: Option<String>,
+        /// With --cluster: place it on this host only.
+        #[arg(long)]
+        host: Option<String>,
+        /// With --cluster and --sla-curve: the read-latency percentile the
+        /// curve holds at (p95, p99, p99.9); the fleet places it by curve.
+        #[arg(long, value_name = "P")]
+        percentile: Option<String>,
     },
     /// List vSSDs.
     List {
@@ -242,8 +256,72 @@ enum ConfigCmd {
     Default,
 }
 
+/// `vssd ...` on the whole fleet (`--cluster URL`).
+fn fleet_vssd(url: &str, cmd: &VssdCmd) -> anyhow::Result<()> {
+    match cmd {
+        VssdCmd::Create {
+            name,
+            channels,
+            capacity,
+            gc,
+            channel_ids,
+            blocks,
+            device,
+            sla,
+            role,
+            tenant,
+            host,
+            percentile,
+        } => {
+            if channel_ids.is_some() || blocks.is_some() || device.is_some() || gc.is_some() {
+                anyhow::bail!("with --cluster the scheduler places the vSSD: --channel-ids, --blocks, --device and --gc are not available (name a --host instead)");
+            }
+            if *role != control::TenantRole::Regular {
+                anyhow::bail!("with --cluster only regular vSSDs can be created; harvest tenants ask with `harvest request` on the host");
+            }
+            let sla = match (&sla.curve, percentile) {
+                (Some(c), Some(p)) => Some(sla::placement::TenantSla {
+                    curve: sla_cmd::parse_curve(c)?,
+                    percentile: cluster_cmd::percentile(p)?,
+                }),
+                (Some(_), None) => anyhow::bail!(
+                    "--sla-curve with --cluster needs --percentile (p95, p99 or p99.9)"
+                ),
+                (None, Some(_)) => anyhow::bail!("--percentile needs --sla-curve"),
+                (None, None) => None,
+            };
+            let req = cluster::CreateRequest {
+                name: name.clone(),
+                channels: if sla.is_some() { None } else { *channels },
+                sla,
+                capacity: *capacity,
+                tenant: tenant.clone(),
+                host: host.clone(),
+            };
+            cluster_cmd::create(url, &req)
+        }
+        VssdCmd::List { json } => cluster_cmd::list(url, *json),
+        VssdCmd::Show { name, json } => cluster_cmd::show(url, name, *json),
+        VssdCmd::Delete { name } => cluster_cmd::delete(url, name),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let serving = match &cli.cmd {
+        Command::Serve(_) => true,
+        Command::Cluster(a) => a.is_serve(),
+        _ => false,
+    };
+    if !serving {
+        // A client command piped into `head` or `grep -q` should end quietly
+        // on a closed pipe, as other command-line tools do, not panic. The
+        // servers keep Rust's default (writes to a closed socket are errors).
+        // SAFETY: setting a signal disposition before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     if let Err(e) = client::configure(cli.token_file.as_deref(), cli.ca_file.as_deref()) {
         eprintln!("flexssd: {e:#}");
         return ExitCode::FAILURE;
@@ -251,7 +329,10 @@ fn main() -> ExitCode {
     let api_url = |o: &ClientOpts| o.api.clone().unwrap_or_else(|| cli.api.clone());
     let result = match &cli.cmd {
         Command::Serve(args) => serve::run(args),
-        Command::Vssd(a) => client::vssd(&client::Client::new(&api_url(&a.client)), &a.cmd),
+        Command::Vssd(a) => match &cli.cluster {
+            Some(url) => fleet_vssd(url, &a.cmd),
+            None => client::vssd(&client::Client::new(&api_url(&a.client)), &a.cmd),
+        },
         Command::Device(a) => client::device(&client::Client::new(&api_url(&a.client)), &a.cmd),
         Command::Stats(a) => client::stats(&client::Client::new(&api_url(&a.client)), a.json),
         Command::Plot(p) => plot::run(p),
@@ -266,7 +347,13 @@ fn main() -> ExitCode {
         Command::Sim(SimCmd::Elastic(a)) => elastic_cmd::sim(a),
         Command::Harvest(a) => harvest_cmd::harvest(a, &api_url(&a.client)),
         Command::Gssd(a) => harvest_cmd::gssd(a, &api_url(&a.client)),
-        Command::Events(a) => harvest_cmd::events(a, &api_url(&a.client)),
+        Command::Events(a) => match &cli.cluster {
+            Some(url) => cluster_cmd::events(url, 1000, a.json),
+            None => harvest_cmd::events(a, &api_url(&a.client)),
+        },
+        Command::Cluster(a) => {
+            cluster_cmd::run(a, cli.cluster.as_deref().unwrap_or("http://127.0.0.1:8750"))
+        }
         Command::Token(a) => token_cmd::run(a, &api_url(&a.client)),
         Command::Config(ConfigCmd::Default) => {
             print!("{}", control::DEFAULT_CONFIG);

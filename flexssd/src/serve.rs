@@ -396,6 +396,23 @@ async fn serve(
         });
         info!(tick_ms = cfg.harvest.tick_ms, "harvester running");
     }
+    if let Some(cl) = &cfg.cluster {
+        // Fleet membership: register, publish, converge to the desired vSSDs.
+        // etcd being down at start is retried (with a log line each second),
+        // never fatal: the host serves its own vSSDs meanwhile.
+        let agent = cluster::Agent::new(
+            cluster::agent::AgentConfig::from_settings(cl),
+            Arc::new(cluster::host::ManagerHost::new(mgr.clone())),
+            cluster::system_wall(),
+        );
+        let rx = stop_rx.clone();
+        tasks.spawn(async move {
+            if let Err(e) = agent.run(rx, 0).await {
+                error!("fleet agent stopped: {e}");
+            }
+        });
+        info!(host = %cl.host_id, endpoints = ?cl.endpoints, "joining the fleet");
+    }
     info!(mode = %cfg.mode, data_dir = %cfg.data_dir.display(), "flexssd running");
     let scheme = if api_tls.is_some() { "https" } else { "http" };
     info!(
@@ -429,7 +446,7 @@ async fn serve(
     Ok(())
 }
 
-async fn wait_for_signal() -> Result<()> {
+pub(crate) async fn wait_for_signal() -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;

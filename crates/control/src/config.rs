@@ -21,7 +21,8 @@
 //! * `vssds`: `[[vssds]]` ([`VssdSpec`], also the body of `POST /v1/vssds`) and
 //!   the name rules ([`valid_name`]);
 //! * `tiers`: `[[tiers]]`, shared flash cache tiers ([`TierSpec`]);
-//! * `harvest`: `[harvest]`, BlockFlex storage harvesting ([`HarvestSettings`]).
+//! * `harvest`: `[harvest]`, BlockFlex storage harvesting ([`HarvestSettings`]);
+//! * `cluster`: `[cluster]`, joining a fleet on etcd ([`ClusterSettings`]).
 
 use std::path::{Path, PathBuf};
 
@@ -31,12 +32,14 @@ use serde::{Deserialize, Serialize};
 use crate::{ControlError, Result};
 
 mod api;
+mod cluster;
 mod devices;
 mod harvest;
 mod nbd;
 mod tiers;
 mod vssds;
 pub use api::{ApiAuth, ApiConfig};
+pub use cluster::{ClusterSettings, EtcdTls};
 pub use devices::{BackendKind, DeviceConfig, SchedulerSettings};
 pub use harvest::{HarvestSettings, LendPolicyKind, UnsoldPolicyKind};
 pub use nbd::{NbdConfig, NbdTls};
@@ -106,6 +109,9 @@ pub struct Config {
     /// BlockFlex storage harvesting. Default: off.
     #[serde(default)]
     pub harvest: HarvestSettings,
+    /// Fleet membership on etcd. Default: none (a host on its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterSettings>,
 }
 
 fn default_data_dir() -> PathBuf {
@@ -143,6 +149,9 @@ impl Config {
     /// vSSD specs that name existing devices.
     pub fn validate(&self) -> Result<()> {
         self.harvest.validate().map_err(ControlError::Config)?;
+        if let Some(c) = &self.cluster {
+            c.validate().map_err(ControlError::Config)?;
+        }
         self.nbd.validate().map_err(ControlError::Config)?;
         self.api.validate().map_err(ControlError::Config)?;
         let devices = devices::validate(&self.devices).map_err(ControlError::Config)?;

@@ -34,7 +34,8 @@ pub mod size;
 mod store;
 
 pub use config::{
-    valid_name, ApiAuth, ApiConfig, BackendKind, Config, DeviceConfig, Mode, NbdConfig, NbdTls,
+    valid_name, ApiAuth, ApiConfig, BackendKind, ClusterSettings, Config, DeviceConfig, EtcdTls,
+    Mode, NbdConfig, NbdTls,
     SchedulerSettings, VssdSpec, DEFAULT_CONFIG,
 };
 pub use config::{

@@ -599,6 +599,71 @@ impl Placer {
         Ok(stripes)
     }
 
+    /// Re-creates a unit in use with single-stripe tenants already on it, as
+    /// a store recorded them (the fleet scheduler rebuilds its placer from
+    /// etcd this way). Refuses a type or percentile the catalogue does not
+    /// have, a duplicate tenant, or tenants whose sum exceeds the unit.
+    pub fn restore_unit(
+        &mut self,
+        type_index: usize,
+        percentile: Percentile,
+        tenants: Vec<(TenantId, TenantSla)>,
+    ) -> Result<UnitId, PlacementError> {
+        let t = self
+            .catalog
+            .types()
+            .get(type_index)
+            .ok_or(PlacementError::NoUnitType(percentile))?;
+        let capacity = t
+            .curve(percentile)
+            .ok_or(PlacementError::NoUnitType(percentile))?
+            .clone();
+        let mut load = Curve::zero();
+        for (id, sla) in &tenants {
+            if self.tenants.contains_key(id) {
+                return Err(PlacementError::Duplicate(*id));
+            }
+            if sla.percentile != percentile {
+                return Err(PlacementError::Unsatisfiable {
+                    percentile,
+                    reasons: format!("{id} is {} on a {percentile} unit", sla.percentile),
+                });
+            }
+            load = sum(&load, &sla.curve)?;
+        }
+        if !capacity.contains(&load) {
+            return Err(PlacementError::Unsatisfiable {
+                percentile,
+                reasons: format!("{}: the restored tenants exceed the unit", t.name),
+            });
+        }
+        let id = UnitId(self.next_unit);
+        self.next_unit += 1;
+        let mut unit = Unit::with(id, type_index, percentile, capacity);
+        if !tenants.is_empty() {
+            let residual = difference(&unit.capacity, &load)?;
+            unit.grid = grid(&residual, &unit.capacity);
+            unit.residual = residual;
+            unit.load = load;
+        }
+        for (tid, sla) in tenants {
+            unit.tenants.push((tid, sla.curve.clone()));
+            let stripe = Stripe {
+                unit: id,
+                curve: sla.curve.clone(),
+            };
+            self.tenants.insert(
+                tid,
+                PlacedTenant {
+                    sla,
+                    stripes: vec![stripe],
+                },
+            );
+        }
+        self.units.insert(id, unit);
+        Ok(id)
+    }
+
     /// Removes tenant `id`, recomputing the residual of every unit it was on
     /// (units left empty are released). Returns what it registered with.
     pub fn remove(&mut self, id: TenantId) -> Result<TenantSla, PlacementError> {

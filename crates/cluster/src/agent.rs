@@ -1,0 +1,327 @@
+//! The host agent: one host's membership of the fleet.
+//!
+//! A session is: grant a lease, register the host's record under it, read the
+//! vSSDs desired for this host and converge to them, then watch for changes
+//! while keeping the lease alive and republishing the host's record when it
+//! changes. Any etcd error ends the session; the agent logs it and starts a
+//! new one, so a restarted etcd, a lost lease or a partition all heal the same
+//! way, by re-registering and reconciling from scratch. Reconciling is
+//! idempotent: a vSSD the host already runs as desired is left alone.
+//!
+//! What the fleet created is told apart from the host's own vSSDs by the
+//! observed keys: the agent deletes a vSSD only when it once reported it under
+//! `observed/{host}/` and it is no longer desired.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, EventType, GetOptions, PutOptions, WatchOptions};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::etcd::{self, EtcdConfig};
+use crate::keys::{
+    decode, encode, DeviceSummary, FleetVssd, GssdSummary, HostRecord, Keys, ObservedState,
+    ObservedVssd,
+};
+use crate::{ClusterError, WallMs};
+
+/// What the agent needs of its host. Calls may block (they create vSSDs and
+/// erase flash): the agent runs them on the blocking pool.
+pub trait HostPort: Send + Sync + 'static {
+    /// The host's devices, as the fleet sees them.
+    fn devices(&self) -> Vec<DeviceSummary>;
+    /// The host's gSSD pool.
+    fn gssds(&self) -> Vec<GssdSummary>;
+    /// Makes sure vSSD `v` runs here as placed; returns its exported size.
+    /// Idempotent: a vSSD already running with this placement is fine.
+    fn ensure_vssd(&self, v: &FleetVssd) -> Result<u64, String>;
+    /// Removes vSSD `name` (fine if it does not exist).
+    fn remove_vssd(&self, name: &str) -> Result<(), String>;
+}
+
+/// The agent's settings.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// How to reach etcd.
+    pub etcd: EtcdConfig,
+    /// Key prefix.
+    pub prefix: String,
+    /// This host's id.
+    pub host_id: String,
+    /// Advertised NBD `HOST:PORT`.
+    pub nbd: String,
+    /// Advertised API URL.
+    pub api: String,
+    /// Catalogue unit type of its devices.
+    pub unit_type: String,
+    /// Lease TTL.
+    pub ttl: Duration,
+    /// How often to republish the host record.
+    pub publish: Duration,
+}
+
+impl AgentConfig {
+    /// From a host's `[cluster]` section.
+    pub fn from_settings(s: &control::ClusterSettings) -> Self {
+        AgentConfig {
+            etcd: EtcdConfig::from_settings(s),
+            prefix: s.prefix.clone(),
+            host_id: s.host_id.clone(),
+            nbd: s.advertise_nbd.clone(),
+            api: s.advertise_api.clone(),
+            unit_type: s.unit_type.clone(),
+            ttl: Duration::from_secs(s.lease_ttl_s),
+            publish: Duration::from_millis(s.publish_interval_ms),
+        }
+    }
+}
+
+/// A running agent.
+pub struct Agent {
+    cfg: AgentConfig,
+    keys: Keys,
+    host: Arc<dyn HostPort>,
+    wall: WallMs,
+    started_ms: u64,
+}
+
+impl Agent {
+    /// An agent for `host`.
+    pub fn new(cfg: AgentConfig, host: Arc<dyn HostPort>, wall: WallMs) -> Self {
+        let started_ms = wall();
+        Agent {
+            keys: Keys::new(&cfg.prefix),
+            cfg,
+            host,
+            wall,
+            started_ms,
+        }
+    }
+
+    fn record(&self, devices: Vec<DeviceSummary>, gssds: Vec<GssdSummary>) -> HostRecord {
+        HostRecord {
+            id: self.cfg.host_id.clone(),
+            nbd: self.cfg.nbd.clone(),
+            api: self.cfg.api.clone(),
+            unit_type: self.cfg.unit_type.clone(),
+            devices,
+            gssds,
+            started_ms: self.started_ms,
+        }
+    }
+
+    /// Runs sessions until `stop` turns true, re-registering after every
+    /// failure. With `first_attempts` > 0, gives up (returning the error) if
+    /// the very first connection fails that many times.
+    pub async fn run(
+        self,
+        mut stop: watch::Receiver<bool>,
+        first_attempts: u32,
+    ) -> Result<(), ClusterError> {
+        let mut client = etcd::connect_retrying(&self.cfg.etcd, first_attempts).await?;
+        loop {
+            match self.session(&mut client, &mut stop).await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    warn!(host = %self.cfg.host_id, error = %e, "fleet session ended; re-registering in 1 s");
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.changed() => return Ok(()),
+            }
+            match etcd::connect(&self.cfg.etcd).await {
+                Ok(c) => client = c,
+                Err(e) => {
+                    warn!(host = %self.cfg.host_id, error = %e, "etcd is unreachable; retrying")
+                }
+            }
+        }
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn HostPort) -> T + Send + 'static,
+    ) -> T {
+        let host = self.host.clone();
+        tokio::task::spawn_blocking(move || f(host.as_ref()))
+            .await
+            .expect("host call panicked")
+    }
+
+    async fn snapshot(&self) -> HostRecord {
+        let (d, g) = self.blocking(|h| (h.devices(), h.gssds())).await;
+        self.record(d, g)
+    }
+
+    /// One registration: returns `Ok` only when asked to stop.
+    async fn session(
+        &self,
+        client: &mut Client,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<(), ClusterError> {
+        let ttl = self.cfg.ttl.as_secs().max(1) as i64;
+        let lease = client.lease_grant(ttl, None).await?.id();
+        let (mut keeper, mut acks) = client.lease_keep_alive(lease).await?;
+        let mut published = self.snapshot().await;
+        let hkey = self.keys.host(&self.cfg.host_id);
+        client
+            .put(
+                hkey.clone(),
+                encode(&published),
+                Some(PutOptions::new().with_lease(lease)),
+            )
+            .await?;
+        info!(host = %self.cfg.host_id, lease, ttl, "registered with the fleet");
+
+        // Desired and observed state now, then changes from that revision on.
+        let prefix = self.keys.desired_of(&self.cfg.host_id);
+        let resp = client
+            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
+            .await?;
+        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+        let mut desired = BTreeMap::new();
+        for kv in resp.kvs() {
+            match decode::<FleetVssd>(kv.key(), kv.value()) {
+                Ok(v) => {
+                    desired.insert(v.name.clone(), v);
+                }
+                Err(e) => warn!(error = %e, "ignoring a desired vSSD"),
+            }
+        }
+        let oprefix = self.keys.observed_of(&self.cfg.host_id);
+        let observed: BTreeSet<String> = client
+            .get(
+                oprefix,
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            )
+            .await?
+            .kvs()
+            .iter()
+            .map(|kv| Keys::last(&String::from_utf8_lossy(kv.key())).to_string())
+            .collect();
+        for gone in observed.iter().filter(|n| !desired.contains_key(*n)) {
+            self.remove(client, gone).await?;
+        }
+        for v in desired.values() {
+            self.converge(client, v).await?;
+        }
+        let mut stream = client
+            .watch(
+                prefix,
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(rev + 1),
+                ),
+            )
+            .await?;
+
+        let mut renew = tokio::time::interval(self.cfg.ttl / 3);
+        let mut publish = tokio::time::interval(self.cfg.publish);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => {
+                    // A planned stop: give the lease back so the fleet knows at once.
+                    let _ = client.lease_revoke(lease).await;
+                    return Ok(());
+                }
+                _ = renew.tick() => {
+                    keeper.keep_alive().await?;
+                    match acks.message().await? {
+                        Some(a) if a.ttl() > 0 => {}
+                        _ => return Err(ClusterError::Conflict(format!("lease {lease} expired"))),
+                    }
+                }
+                _ = publish.tick() => {
+                    let now = self.snapshot().await;
+                    if now != published {
+                        client.put(hkey.clone(), encode(&now), Some(PutOptions::new().with_lease(lease))).await?;
+                        published = now;
+                    }
+                }
+                msg = stream.message() => {
+                    let Some(resp) = msg? else {
+                        return Err(ClusterError::Conflict("the watch on desired state closed".into()));
+                    };
+                    if resp.canceled() {
+                        return Err(ClusterError::Conflict(format!("the watch was cancelled: {}", resp.cancel_reason())));
+                    }
+                    for ev in resp.events() {
+                        let Some(kv) = ev.kv() else { continue };
+                        let key = String::from_utf8_lossy(kv.key()).into_owned();
+                        match ev.event_type() {
+                            EventType::Put => match decode::<FleetVssd>(kv.key(), kv.value()) {
+                                Ok(v) => self.converge(client, &v).await?,
+                                Err(e) => warn!(error = %e, "ignoring a desired vSSD"),
+                            },
+                            EventType::Delete => self.remove(client, Keys::last(&key)).await?,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn converge(&self, client: &mut Client, v: &FleetVssd) -> Result<(), ClusterError> {
+        let want = v.clone();
+        let res = self.blocking(move |h| h.ensure_vssd(&want)).await;
+        let obs = match res {
+            Ok(bytes) => ObservedVssd {
+                state: ObservedState::Ready,
+                error: None,
+                capacity_bytes: bytes,
+                uri: Some(format!("nbd://{}/{}", self.cfg.nbd, v.name)),
+            },
+            Err(e) => {
+                warn!(vssd = %v.name, error = %e, "cannot create a desired vSSD");
+                ObservedVssd {
+                    state: ObservedState::Error,
+                    error: Some(e),
+                    capacity_bytes: 0,
+                    uri: None,
+                }
+            }
+        };
+        client
+            .put(
+                self.keys.observed(&self.cfg.host_id, &v.name),
+                encode(&obs),
+                None,
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn remove(&self, client: &mut Client, name: &str) -> Result<(), ClusterError> {
+        let n = name.to_string();
+        if let Err(e) = self.blocking(move |h| h.remove_vssd(&n)).await {
+            warn!(vssd = %name, error = %e, "cannot remove a vSSD the fleet no longer wants");
+            let obs = ObservedVssd {
+                state: ObservedState::Error,
+                error: Some(format!("removing: {e}")),
+                capacity_bytes: 0,
+                uri: None,
+            };
+            client
+                .put(
+                    self.keys.observed(&self.cfg.host_id, name),
+                    encode(&obs),
+                    None,
+                )
+                .await?;
+            return Ok(());
+        }
+        client
+            .delete(self.keys.observed(&self.cfg.host_id, name), None)
+            .await?;
+        Ok(())
+    }
+
+    /// The wall clock the agent stamps records with.
+    pub fn wall(&self) -> &WallMs {
+        &self.wall
+    }
+}

@@ -1,0 +1,100 @@
+//! Connecting to etcd: endpoints, TLS client certificates or a user and
+//! password, and the first connection retried with a log line that says so.
+
+use std::path::Path;
+use std::time::Duration;
+
+use control::ClusterSettings;
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use tracing::warn;
+
+use crate::ClusterError;
+
+/// How to reach etcd.
+#[derive(Debug, Clone, Default)]
+pub struct EtcdConfig {
+    /// Client endpoints (`http://` or `https://`).
+    pub endpoints: Vec<String>,
+    /// CA certificate (PEM) for `https://` endpoints.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Client certificate and key (PEM), for etcd's `--client-cert-auth`.
+    pub identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// User name and the file holding its password.
+    pub user: Option<(String, std::path::PathBuf)>,
+}
+
+impl EtcdConfig {
+    /// From a host's `[cluster]` section.
+    pub fn from_settings(s: &ClusterSettings) -> Self {
+        EtcdConfig {
+            endpoints: s.endpoints.clone(),
+            ca_file: s.etcd_tls.as_ref().map(|t| t.ca_file.clone()),
+            identity: s
+                .etcd_tls
+                .as_ref()
+                .and_then(|t| match (&t.cert_file, &t.key_file) {
+                    (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+                    _ => None,
+                }),
+            user: match (&s.etcd_user, &s.etcd_password_file) {
+                (Some(u), Some(p)) => Some((u.clone(), p.clone())),
+                _ => None,
+            },
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, ClusterError> {
+    std::fs::read(path).map_err(|error| ClusterError::File {
+        path: path.display().to_string(),
+        error,
+    })
+}
+
+/// Connects once.
+pub async fn connect(cfg: &EtcdConfig) -> Result<Client, ClusterError> {
+    if cfg.endpoints.is_empty() {
+        return Err(ClusterError::Invalid("no etcd endpoints given".into()));
+    }
+    let mut opts = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(5))
+        .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
+        .with_keep_alive_while_idle(true);
+    if let Some(ca) = &cfg.ca_file {
+        let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(read(ca)?));
+        if let Some((c, k)) = &cfg.identity {
+            tls = tls.identity(Identity::from_pem(read(c)?, read(k)?));
+        }
+        opts = opts.with_tls(tls);
+    }
+    if let Some((user, file)) = &cfg.user {
+        let pw = String::from_utf8_lossy(&read(file)?).trim().to_string();
+        opts = opts.with_user(user.clone(), pw);
+    }
+    let mut client = Client::connect(&cfg.endpoints, Some(opts)).await?;
+    // `connect` is lazy about the network: ask for something so that an
+    // unreachable etcd is an error here, not at the first real request.
+    client.status().await?;
+    Ok(client)
+}
+
+/// Connects, retrying every second with a log line per failure, `attempts`
+/// times (0: for ever).
+pub async fn connect_retrying(cfg: &EtcdConfig, attempts: u32) -> Result<Client, ClusterError> {
+    let mut n = 0;
+    loop {
+        match connect(cfg).await {
+            Ok(c) => return Ok(c),
+            Err(e @ (ClusterError::File { .. } | ClusterError::Invalid(_))) => return Err(e),
+            Err(e) => {
+                n += 1;
+                if attempts != 0 && n >= attempts {
+                    return Err(e);
+                }
+                warn!(endpoints = ?cfg.endpoints, error = %e, attempt = n, "etcd is unreachable; retrying in 1 s");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}

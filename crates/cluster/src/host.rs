@@ -1,0 +1,121 @@
+//! The agent's port onto a real host: [`HostPort`] over `control::HostManager`.
+
+use std::sync::Arc;
+
+use control::{BlockRange, ByteSize, HostManager, VssdSpec};
+
+use crate::agent::HostPort;
+use crate::keys::{DeviceSummary, FleetVssd, GssdSummary};
+
+/// A daemon's host manager, as the fleet sees it.
+pub struct ManagerHost {
+    mgr: Arc<HostManager>,
+}
+
+impl ManagerHost {
+    /// Wraps `mgr`.
+    pub fn new(mgr: Arc<HostManager>) -> Self {
+        ManagerHost { mgr }
+    }
+}
+
+impl HostPort for ManagerHost {
+    fn devices(&self) -> Vec<DeviceSummary> {
+        self.mgr
+            .devices()
+            .into_iter()
+            .map(|d| {
+                let g = d.geometry;
+                let row_bytes = u64::from(g.channels)
+                    * u64::from(g.dies_per_channel)
+                    * u64::from(g.planes_per_die)
+                    * u64::from(g.pages_per_block)
+                    * u64::from(g.page_size);
+                let unit_curves = self
+                    .mgr
+                    .unit_curves(&d.name)
+                    .map(|m| m.into_iter().map(|(k, u)| (k, u.curve)).collect())
+                    .unwrap_or_default();
+                // The fewest blocks per plane whose vSSD can hold any data at all.
+                let spare_blocks = (1..=g.blocks_per_plane)
+                    .find(|&b| {
+                        let ext: Vec<ftl::Extent> = (0..g.channels)
+                            .map(|channel| ftl::Extent {
+                                channel,
+                                first_block: 0,
+                                blocks: b,
+                            })
+                            .collect();
+                        ftl::max_capacity(&g, &ext) > 0
+                    })
+                    .unwrap_or(g.blocks_per_plane);
+                DeviceSummary {
+                    spare_blocks,
+                    name: d.name,
+                    channels: g.channels,
+                    blocks_per_plane: g.blocks_per_plane,
+                    row_bytes,
+                    free_channels: d.free_channels,
+                    unit_curves,
+                }
+            })
+            .collect()
+    }
+
+    fn gssds(&self) -> Vec<GssdSummary> {
+        self.mgr
+            .gssds()
+            .into_iter()
+            .map(|g| GssdSummary {
+                id: g.id,
+                capacity_bytes: g.capacity_bytes,
+                bandwidth: g.bandwidth,
+                expiry_s: g.expiry_s,
+                in_use: g.in_use,
+            })
+            .collect()
+    }
+
+    fn ensure_vssd(&self, v: &FleetVssd) -> Result<u64, String> {
+        if let Ok(have) = self.mgr.get(&v.name) {
+            let same_blocks = match v.blocks {
+                None => true,
+                Some((s, e)) => have
+                    .extents
+                    .iter()
+                    .all(|x| x.first_block == s && x.first_block + x.blocks == e),
+            };
+            if have.device == v.device && have.channels == v.channels && same_blocks {
+                return Ok(have.capacity_bytes);
+            }
+            return Err(format!(
+                "this host already has a vSSD named {:?} on {} channels {:?}, not the one the fleet placed",
+                v.name, have.device, have.channels
+            ));
+        }
+        let spec = VssdSpec {
+            name: v.name.clone(),
+            device: Some(v.device.clone()),
+            channel_ids: Some(v.channels.clone()),
+            blocks: v.blocks.map(|(start, end)| BlockRange { start, end }),
+            capacity: v.capacity.map(ByteSize),
+            sla: v.sla.as_ref().map(|s| sched::TenantSla {
+                curve: Some(s.curve.clone()),
+                ..Default::default()
+            }),
+            tenant: v.tenant.clone(),
+            ..Default::default()
+        };
+        self.mgr
+            .create_vssd(&spec)
+            .map(|i| i.capacity_bytes)
+            .map_err(|e| e.to_string())
+    }
+
+    fn remove_vssd(&self, name: &str) -> Result<(), String> {
+        if self.mgr.get(name).is_err() {
+            return Ok(());
+        }
+        self.mgr.delete_vssd(name).map_err(|e| e.to_string())
+    }
+}

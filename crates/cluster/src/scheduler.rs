@@ -1,0 +1,1271 @@
+//! The fleet scheduler: placement, leadership and host loss.
+//!
+//! Every scheduler process keeps a view of the fleet (live hosts and device
+//! allocations) from watches on etcd, and campaigns for the lease-held
+//! leader key. Only the active one places and deletes; the others answer
+//! reads and say who is active ([`ClusterError::NotLeader`]).
+//!
+//! A placement is decided on the view and committed as one transaction that
+//! compares the revision of the chosen device's allocation and the absence of
+//! the name, and writes the allocation, the name index, the host's desired
+//! key and an event together. If anything changed meanwhile (another
+//! scheduler that still thinks it leads, a host that went away), the
+//! transaction fails, the device is re-read, and the decision is made again.
+//! No lock is held across an etcd call except `place_lock`, an async mutex
+//! that orders this scheduler's own placements (so they do not conflict with
+//! each other) and guards no data.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, WatchOptions,
+};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use sla::catalog::Catalog;
+use sla::placement::{Metric, Placer, PlacerConfig, TenantId};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::etcd::{self, EtcdConfig};
+use crate::keys::{
+    decode, encode, AllocMode, DeviceAlloc, FleetEvent, FleetVssd, HostRecord, Keys, LeaderRecord,
+    ObservedState, ObservedVssd, UnitTenant,
+};
+use crate::{ClusterError, WallMs};
+
+/// A scheduler's settings.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// How to reach etcd.
+    pub etcd: EtcdConfig,
+    /// Key prefix.
+    pub prefix: String,
+    /// This scheduler's id.
+    pub id: String,
+    /// Its API URL (what followers point clients to).
+    pub api: String,
+    /// Leader lease TTL.
+    pub ttl: Duration,
+    /// Unit types for placement by SLA curve.
+    pub catalog: Catalog,
+    /// Best-fit metric.
+    pub metric: Metric,
+}
+
+/// `POST /v1/vssds` on the fleet: what to create.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRequest {
+    /// Name, unique in the fleet (also the NBD export name).
+    pub name: String,
+    /// Whole channels (placement by channel count). Default 1 without `sla`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels: Option<u32>,
+    /// SLA curve and percentile (placement by curve on a shared unit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla: Option<sla::placement::TenantSla>,
+    /// Exported size in bytes (required with `sla`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<u64>,
+    /// Owning tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// Only this host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+/// A fleet vSSD with what its host reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VssdStatus {
+    /// Placement.
+    #[serde(flatten)]
+    pub vssd: FleetVssd,
+    /// `ready`, `pending` (the host has not reported yet), `error`, or
+    /// `unavailable` (its host is lost).
+    pub state: String,
+    /// The host's error, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Where clients attach it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    /// Exported size, once ready.
+    #[serde(default)]
+    pub capacity_bytes: u64,
+}
+
+/// A host as `cluster hosts` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostStatus {
+    /// Host id.
+    pub id: String,
+    /// `alive` (registered) or `lost` (has bookings, no registration).
+    pub state: String,
+    /// Its registration, when alive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<HostRecord>,
+    /// vSSDs booked on it.
+    pub vssds: usize,
+    /// Channels booked on it (units count all their channels).
+    pub booked_channels: u32,
+    /// Channels on its devices.
+    pub total_channels: u32,
+}
+
+/// `cluster status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetStatus {
+    /// This scheduler.
+    pub scheduler: String,
+    /// Whether it is the active one.
+    pub active: bool,
+    /// The active one, if any.
+    pub leader: Option<LeaderRecord>,
+    /// Hosts registered.
+    pub hosts_alive: usize,
+    /// Hosts with bookings but no registration.
+    pub hosts_lost: usize,
+    /// vSSDs booked.
+    pub vssds: usize,
+    /// SLA units in use.
+    pub units: usize,
+    /// Channels booked / on live hosts.
+    pub channels_booked: u32,
+    /// Channels on live hosts.
+    pub channels_total: u32,
+}
+
+#[derive(Debug, Default)]
+struct View {
+    hosts: BTreeMap<String, (HostRecord, i64)>,
+    allocs: BTreeMap<(String, String), (DeviceAlloc, i64)>,
+}
+
+impl View {
+    fn apply_host(&mut self, key: &[u8], value: &[u8], create_rev: i64) -> Option<String> {
+        match decode::<HostRecord>(key, value) {
+            Ok(h) => {
+                let new = self.hosts.get(&h.id).is_none_or(|(_, r)| *r != create_rev);
+                let id = h.id.clone();
+                self.hosts.insert(h.id.clone(), (h, create_rev));
+                new.then_some(id)
+            }
+            Err(e) => {
+                warn!(error = %e, "refusing a host record");
+                None
+            }
+        }
+    }
+
+    fn apply_alloc(&mut self, keys: &Keys, key: &[u8], value: Option<(&[u8], i64)>) {
+        let k = String::from_utf8_lossy(key);
+        let Some(rest) = k.strip_prefix(&keys.allocs()) else {
+            return;
+        };
+        let Some((host, dev)) = rest.split_once('/') else {
+            warn!(key = %k, "refusing an allocation key that names no device");
+            return;
+        };
+        let id = (host.to_string(), dev.to_string());
+        match value {
+            None => {
+                self.allocs.remove(&id);
+            }
+            Some((v, rev)) => match decode::<DeviceAlloc>(key, v) {
+                Ok(a) => {
+                    self.allocs.insert(id, (a, rev));
+                }
+                Err(e) => warn!(error = %e, "refusing an allocation; the device is not placed on"),
+            },
+        }
+    }
+}
+
+/// One scheduler process.
+pub struct Scheduler {
+    cfg: SchedulerConfig,
+    keys: Keys,
+    client: Client,
+    view: Mutex<View>,
+    leader: Mutex<Option<LeaderRecord>>,
+    active: AtomicBool,
+    place_lock: tokio::sync::Mutex<()>,
+    wall: WallMs,
+    seq: AtomicU64,
+}
+
+/// A placer rebuilt from the view: the placer, its unit ids → (host,
+/// device), and the next free tenant id.
+type RebuiltPlacer = (Placer, BTreeMap<u64, (String, String)>, u64);
+
+/// What one placement decided, before it is committed.
+struct Plan {
+    vssd: FleetVssd,
+    alloc: DeviceAlloc,
+    expect_rev: i64,
+}
+
+fn blocks_for(capacity: u64, row_bytes: u64) -> u32 {
+    // The FTL exports 7/8 of the raw flash by default: ask for enough raw.
+    let raw = capacity.saturating_mul(8).div_ceil(7);
+    (raw.div_ceil(row_bytes.max(1)) as u32).max(2)
+}
+
+impl Scheduler {
+    /// Connects (retrying `attempts` times, 0: for ever), loads the fleet's
+    /// state and starts the watches and the campaign.
+    pub async fn start(
+        cfg: SchedulerConfig,
+        wall: WallMs,
+        stop: watch::Receiver<bool>,
+        attempts: u32,
+    ) -> Result<Arc<Scheduler>, ClusterError> {
+        let client = etcd::connect_retrying(&cfg.etcd, attempts).await?;
+        let s = Arc::new(Scheduler {
+            keys: Keys::new(&cfg.prefix),
+            cfg,
+            client,
+            view: Mutex::new(View::default()),
+            leader: Mutex::new(None),
+            active: AtomicBool::new(false),
+            place_lock: tokio::sync::Mutex::new(()),
+            wall,
+            seq: AtomicU64::new(0),
+        });
+        let rev = s.load().await?;
+        tokio::spawn(s.clone().watch_loop(rev, stop.clone()));
+        tokio::spawn(s.clone().campaign_loop(stop));
+        Ok(s)
+    }
+
+    /// Whether this scheduler is the active one.
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::SeqCst)
+    }
+
+    /// The key layout.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// The active scheduler, as last seen.
+    pub fn leader(&self) -> Option<LeaderRecord> {
+        self.leader.lock().clone()
+    }
+
+    fn not_leader(&self) -> ClusterError {
+        ClusterError::NotLeader {
+            leader: self
+                .leader()
+                .map(|l| l.api)
+                .unwrap_or_else(|| "none".into()),
+        }
+    }
+
+    async fn load(&self) -> Result<i64, ClusterError> {
+        let mut c = self.client.clone();
+        let hosts = c
+            .get(self.keys.hosts(), Some(GetOptions::new().with_prefix()))
+            .await?;
+        let rev = hosts.header().map(|h| h.revision()).unwrap_or(0);
+        let allocs = c
+            .get(
+                self.keys.allocs(),
+                Some(GetOptions::new().with_prefix().with_revision(rev)),
+            )
+            .await?;
+        let mut v = View::default();
+        for kv in hosts.kvs() {
+            v.apply_host(kv.key(), kv.value(), kv.create_revision());
+        }
+        for kv in allocs.kvs() {
+            v.apply_alloc(&self.keys, kv.key(), Some((kv.value(), kv.mod_revision())));
+        }
+        *self.view.lock() = v;
+        Ok(rev)
+    }
+
+    async fn watch_loop(self: Arc<Self>, mut rev: i64, mut stop: watch::Receiver<bool>) {
+        loop {
+            match self.watch_once(rev, &mut stop).await {
+                Ok(()) => return,
+                Err(e) => warn!(error = %e, "the fleet watch ended; reloading in 1 s"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.changed() => return,
+            }
+            // Missed changes: read everything again (hosts that went away
+            // meanwhile are lost; the events say so when we lead).
+            let before: BTreeSet<String> = self.view.lock().hosts.keys().cloned().collect();
+            match self.load().await {
+                Ok(r) => {
+                    rev = r;
+                    let after: BTreeSet<String> = self.view.lock().hosts.keys().cloned().collect();
+                    for lost in before.difference(&after) {
+                        self.host_lost(lost).await;
+                    }
+                }
+                Err(e) => warn!(error = %e, "cannot reload the fleet"),
+            }
+        }
+    }
+
+    async fn watch_once(
+        &self,
+        rev: i64,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<(), ClusterError> {
+        let mut c = self.client.clone();
+        let mut hosts = c
+            .watch(
+                self.keys.hosts(),
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(rev + 1),
+                ),
+            )
+            .await?;
+        let mut allocs = c
+            .watch(
+                self.keys.allocs(),
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(rev + 1),
+                ),
+            )
+            .await?;
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return Ok(()),
+                m = hosts.message() => {
+                    let Some(resp) = m? else { return Err(ClusterError::Conflict("host watch closed".into())) };
+                    for ev in resp.events() {
+                        let Some(kv) = ev.kv() else { continue };
+                        let key = String::from_utf8_lossy(kv.key()).into_owned();
+                        match ev.event_type() {
+                            EventType::Put => {
+                                let joined = self.view.lock().apply_host(kv.key(), kv.value(), kv.create_revision());
+                                if let Some(h) = joined {
+                                    info!(host = %h, "host joined the fleet");
+                                    self.event("host-joined", Some(&h), format!("host {h} registered")).await;
+                                }
+                            }
+                            EventType::Delete => {
+                                let id = Keys::last(&key).to_string();
+                                if self.view.lock().hosts.remove(&id).is_some() {
+                                    self.host_lost(&id).await;
+                                }
+                            }
+                        }
+                    }
+                }
+                m = allocs.message() => {
+                    let Some(resp) = m? else { return Err(ClusterError::Conflict("allocation watch closed".into())) };
+                    let mut v = self.view.lock();
+                    for ev in resp.events() {
+                        let Some(kv) = ev.kv() else { continue };
+                        match ev.event_type() {
+                            EventType::Put => v.apply_alloc(&self.keys, kv.key(), Some((kv.value(), kv.mod_revision()))),
+                            EventType::Delete => v.apply_alloc(&self.keys, kv.key(), None),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn host_lost(&self, host: &str) {
+        let names: Vec<String> = {
+            let v = self.view.lock();
+            v.allocs
+                .iter()
+                .filter(|((h, _), _)| h == host)
+                .flat_map(|(_, (a, _))| {
+                    a.channels
+                        .values()
+                        .cloned()
+                        .collect::<BTreeSet<_>>()
+                        .into_iter()
+                        .chain(a.tenants.iter().map(|t| t.name.clone()))
+                })
+                .collect()
+        };
+        warn!(host, vssds = names.len(), "host lost (its lease expired)");
+        self.event(
+            "host-lost",
+            Some(host),
+            format!(
+                "host {host} lost its registration; unavailable until it returns: {}",
+                if names.is_empty() {
+                    "no vSSDs".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ),
+        )
+        .await;
+    }
+
+    /// Appends an event (only the active scheduler writes events).
+    async fn event(&self, kind: &str, host: Option<&str>, detail: String) {
+        if !self.is_active() {
+            return;
+        }
+        let ev = self.make_event(kind, host, detail);
+        let mut c = self.client.clone();
+        if let Err(e) = c.put(self.event_key(), encode(&ev), None).await {
+            warn!(error = %e, "cannot write a fleet event");
+        }
+    }
+
+    fn make_event(&self, kind: &str, host: Option<&str>, detail: String) -> FleetEvent {
+        FleetEvent {
+            seq: 0,
+            at_ms: (self.wall)(),
+            kind: kind.into(),
+            host: host.map(str::to_string),
+            detail,
+        }
+    }
+
+    fn event_key(&self) -> String {
+        // Time first so keys sort in order; the id and a counter keep two
+        // schedulers' events in the same millisecond apart.
+        format!(
+            "{}{:013}-{}-{:08}",
+            self.keys.events(),
+            (self.wall)(),
+            self.cfg.id,
+            self.seq.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    async fn campaign_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        loop {
+            match self.campaign(&mut stop).await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => warn!(error = %e, "scheduler election: retrying in 1 s"),
+            }
+            self.active.store(false, Ordering::SeqCst);
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    /// One campaign: lead until the lease is lost, or follow until the
+    /// leader key goes. `Ok(true)`: stop was asked for.
+    async fn campaign(&self, stop: &mut watch::Receiver<bool>) -> Result<bool, ClusterError> {
+        let mut c = self.client.clone();
+        let key = self.keys.leader();
+        let me = LeaderRecord {
+            id: self.cfg.id.clone(),
+            api: self.cfg.api.clone(),
+        };
+        let ttl = self.cfg.ttl.as_secs().max(1) as i64;
+        let lease = c.lease_grant(ttl, None).await?.id();
+        let txn = Txn::new()
+            .when(vec![Compare::create_revision(
+                key.clone(),
+                CompareOp::Equal,
+                0,
+            )])
+            .and_then(vec![TxnOp::put(
+                key.clone(),
+                encode(&me),
+                Some(PutOptions::new().with_lease(lease)),
+            )])
+            .or_else(vec![TxnOp::get(key.clone(), None)]);
+        let resp = c.txn(txn).await?;
+        if resp.succeeded() {
+            info!(id = %me.id, "this scheduler is now the active one");
+            *self.leader.lock() = Some(me.clone());
+            self.active.store(true, Ordering::SeqCst);
+            // Anything that changed while nobody led: re-read, and report
+            // hosts that hold bookings but are not registered.
+            if let Ok(_rev) = self.load().await {
+                let lost: Vec<String> = {
+                    let v = self.view.lock();
+                    v.allocs
+                        .keys()
+                        .map(|(h, _)| h.clone())
+                        .filter(|h| !v.hosts.contains_key(h))
+                        .collect::<BTreeSet<_>>()
+                        .into_iter()
+                        .collect()
+                };
+                self.event(
+                    "scheduler-active",
+                    None,
+                    format!("scheduler {} is active", me.id),
+                )
+                .await;
+                for h in lost {
+                    self.host_lost(&h).await;
+                }
+            }
+            let (mut keeper, mut acks) = c.lease_keep_alive(lease).await?;
+            let mut tick = tokio::time::interval(self.cfg.ttl / 3);
+            loop {
+                tokio::select! {
+                    _ = stop.changed() => {
+                        self.active.store(false, Ordering::SeqCst);
+                        let _ = c.lease_revoke(lease).await;
+                        return Ok(true);
+                    }
+                    _ = tick.tick() => {
+                        keeper.keep_alive().await?;
+                        match acks.message().await? {
+                            Some(a) if a.ttl() > 0 => {}
+                            _ => {
+                                self.active.store(false, Ordering::SeqCst);
+                                return Err(ClusterError::Conflict("the leader lease expired".into()));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let _ = c.lease_revoke(lease).await;
+        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+        for r in resp.op_responses() {
+            if let etcd_client::TxnOpResponse::Get(g) = r {
+                if let Some(kv) = g.kvs().first() {
+                    match decode::<LeaderRecord>(kv.key(), kv.value()) {
+                        Ok(l) => *self.leader.lock() = Some(l),
+                        Err(e) => warn!(error = %e, "the leader key holds no leader record"),
+                    }
+                }
+            }
+        }
+        // Follow: wait for the leader key to go.
+        let mut w = c
+            .watch(key, Some(WatchOptions::new().with_start_revision(rev + 1)))
+            .await?;
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return Ok(true),
+                m = w.message() => {
+                    let Some(resp) = m? else { return Ok(false) };
+                    if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                        *self.leader.lock() = None;
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Places and books a new vSSD (active scheduler only).
+    pub async fn create(&self, req: &CreateRequest) -> Result<VssdStatus, ClusterError> {
+        if !self.is_active() {
+            return Err(self.not_leader());
+        }
+        validate(req)?;
+        let _order = self.place_lock.lock().await;
+        let mut c = self.client.clone();
+        let vkey = self.keys.vssd(&req.name);
+        for _ in 0..8 {
+            let plan = {
+                let v = self.view.lock();
+                self.plan(&v, req)?
+            };
+            let akey = self.keys.alloc(&plan.vssd.host, &plan.vssd.device);
+            let alloc_cmp = if plan.expect_rev == 0 {
+                Compare::create_revision(akey.clone(), CompareOp::Equal, 0)
+            } else {
+                Compare::mod_revision(akey.clone(), CompareOp::Equal, plan.expect_rev)
+            };
+            let ev = self.make_event(
+                "vssd-placed",
+                Some(&plan.vssd.host),
+                format!(
+                    "{} placed on {}/{} channels {:?}{}",
+                    plan.vssd.name,
+                    plan.vssd.host,
+                    plan.vssd.device,
+                    plan.vssd.channels,
+                    plan.vssd
+                        .blocks
+                        .map(|(s, e)| format!(" blocks {s}..{e}"))
+                        .unwrap_or_default()
+                ),
+            );
+            let txn = Txn::new()
+                .when(vec![
+                    Compare::create_revision(vkey.clone(), CompareOp::Equal, 0),
+                    alloc_cmp,
+                    // The host must still be registered.
+                    Compare::create_revision(
+                        self.keys.host(&plan.vssd.host),
+                        CompareOp::Greater,
+                        0,
+                    ),
+                ])
+                .and_then(vec![
+                    TxnOp::put(akey.clone(), encode(&plan.alloc), None),
+                    TxnOp::put(vkey.clone(), encode(&plan.vssd), None),
+                    TxnOp::put(
+                        self.keys.desired(&plan.vssd.host, &plan.vssd.name),
+                        encode(&plan.vssd),
+                        None,
+                    ),
+                    TxnOp::put(self.event_key(), encode(&ev), None),
+                ])
+                .or_else(vec![TxnOp::get(vkey.clone(), None)]);
+            let resp = c.txn(txn).await?;
+            if resp.succeeded() {
+                let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+                self.view.lock().allocs.insert(
+                    (plan.vssd.host.clone(), plan.vssd.device.clone()),
+                    (plan.alloc, rev),
+                );
+                return Ok(VssdStatus {
+                    vssd: plan.vssd,
+                    state: "pending".into(),
+                    error: None,
+                    uri: None,
+                    capacity_bytes: 0,
+                });
+            }
+            let taken = resp
+                .op_responses()
+                .iter()
+                .any(|r| matches!(r, etcd_client::TxnOpResponse::Get(g) if !g.kvs().is_empty()));
+            if taken {
+                return Err(ClusterError::Exists(format!(
+                    "a vSSD named {:?} already exists in the fleet",
+                    req.name
+                )));
+            }
+            // The device or the host changed under us: re-read both.
+            self.refresh(&plan.vssd.host, &plan.vssd.device).await?;
+        }
+        Err(ClusterError::Conflict(format!(
+            "could not book {:?}: the fleet kept changing under 8 attempts; try again",
+            req.name
+        )))
+    }
+
+    async fn refresh(&self, host: &str, device: &str) -> Result<(), ClusterError> {
+        let mut c = self.client.clone();
+        let akey = self.keys.alloc(host, device);
+        let a = c.get(akey.clone(), None).await?;
+        let h = c.get(self.keys.host(host), None).await?;
+        let mut v = self.view.lock();
+        match a.kvs().first() {
+            Some(kv) => v.apply_alloc(&self.keys, kv.key(), Some((kv.value(), kv.mod_revision()))),
+            None => v.apply_alloc(&self.keys, akey.as_bytes(), None),
+        }
+        match h.kvs().first() {
+            Some(kv) => {
+                v.apply_host(kv.key(), kv.value(), kv.create_revision());
+            }
+            None => {
+                v.hosts.remove(host);
+            }
+        }
+        Ok(())
+    }
+
+    fn plan(&self, v: &View, req: &CreateRequest) -> Result<Plan, ClusterError> {
+        if let Some(h) = &req.host {
+            if !v.hosts.contains_key(h) {
+                let alive: Vec<&str> = v.hosts.keys().map(String::as_str).collect();
+                return Err(ClusterError::NotFound(format!(
+                    "no live host named {h:?} in the fleet (alive: {})",
+                    if alive.is_empty() {
+                        "none".to_string()
+                    } else {
+                        alive.join(", ")
+                    }
+                )));
+            }
+        }
+        if v.hosts.is_empty() {
+            return Err(ClusterError::NoRoom(
+                "no host is registered with the fleet: start a daemon with a [cluster] section"
+                    .into(),
+            ));
+        }
+        match &req.sla {
+            None => self.plan_channels(v, req, req.channels.unwrap_or(1)),
+            Some(s) => self.plan_unit(v, req, s),
+        }
+    }
+
+    fn plan_channels(&self, v: &View, req: &CreateRequest, n: u32) -> Result<Plan, ClusterError> {
+        // Best fit: the device with the fewest free channels that still has n.
+        #[allow(clippy::type_complexity)]
+        // free count, host, device, free channels, revision, allocation
+        let mut best: Option<(usize, &str, &str, Vec<u32>, i64, DeviceAlloc)> = None;
+        let mut largest = (0usize, String::new());
+        for (hid, (h, _)) in &v.hosts {
+            if req.host.as_ref().is_some_and(|x| x != hid) {
+                continue;
+            }
+            for d in &h.devices {
+                let (alloc, rev) = match v.allocs.get(&(hid.clone(), d.name.clone())) {
+                    Some((a, r)) => (a.clone(), *r),
+                    None => (
+                        DeviceAlloc {
+                            mode: AllocMode::Channels,
+                            channels: BTreeMap::new(),
+                            tenants: Vec::new(),
+                            percentile: None,
+                        },
+                        0,
+                    ),
+                };
+                if alloc.mode == AllocMode::Unit && !alloc.tenants.is_empty() {
+                    continue;
+                }
+                let free: Vec<u32> = d
+                    .free_channels
+                    .iter()
+                    .copied()
+                    .filter(|c| !alloc.channels.contains_key(c))
+                    .collect();
+                if free.len() > largest.0 {
+                    largest = (free.len(), format!("{hid}/{}", d.name));
+                }
+                if free.len() < n as usize {
+                    continue;
+                }
+                let better = best.as_ref().is_none_or(|b| free.len() < b.0);
+                if better {
+                    best = Some((free.len(), hid, &d.name, free, rev, alloc));
+                }
+            }
+        }
+        let Some((_, host, device, free, rev, mut alloc)) = best else {
+            return Err(ClusterError::NoRoom(format!(
+                "no device in the fleet has {n} free channels for {:?}: the most free on one device is {}{} ({} live hosts)",
+                req.name,
+                largest.0,
+                if largest.1.is_empty() { String::new() } else { format!(" on {}", largest.1) },
+                v.hosts.len()
+            )));
+        };
+        let chans: Vec<u32> = free.into_iter().take(n as usize).collect();
+        alloc.mode = AllocMode::Channels;
+        for c in &chans {
+            alloc.channels.insert(*c, req.name.clone());
+        }
+        Ok(Plan {
+            vssd: FleetVssd {
+                name: req.name.clone(),
+                host: host.to_string(),
+                device: device.to_string(),
+                channels: chans,
+                blocks: None,
+                capacity: req.capacity,
+                sla: None,
+                tenant: req.tenant.clone(),
+            },
+            alloc,
+            expect_rev: rev,
+        })
+    }
+
+    /// Rebuilds the placer from the view's SLA units on live hosts, with the
+    /// inventory of each type limited to the devices that can be units.
+    fn placer(&self, v: &View) -> Result<RebuiltPlacer, ClusterError> {
+        let mut catalog = self.cfg.catalog.clone();
+        let types: Vec<String> = catalog.types().iter().map(|t| t.name.clone()).collect();
+        let mut avail = vec![0u32; types.len()];
+        for (hid, (h, _)) in &v.hosts {
+            let Some(ti) = types.iter().position(|t| *t == h.unit_type) else {
+                continue;
+            };
+            for d in &h.devices {
+                match v.allocs.get(&(hid.clone(), d.name.clone())) {
+                    Some((a, _)) if a.mode == AllocMode::Unit && !a.tenants.is_empty() => {
+                        avail[ti] += 1
+                    }
+                    Some((a, _)) if !a.is_empty() => {}
+                    _ if d.free_channels.len() as u32 == d.channels => avail[ti] += 1,
+                    _ => {}
+                }
+            }
+        }
+        let mut list = catalog.types().to_vec();
+        for (t, n) in list.iter_mut().zip(&avail) {
+            t.available = Some(t.available.map_or(*n, |a| a.min(*n)));
+        }
+        catalog = Catalog::new(catalog.description.clone(), list)
+            .map_err(|e| ClusterError::Invalid(format!("the unit catalogue: {e}")))?;
+        let mut cfg = PlacerConfig::regulator(self.cfg.metric);
+        cfg.max_stripes = 1;
+        let mut p = Placer::new(catalog, cfg);
+        let mut units = BTreeMap::new();
+        let mut next = 0u64;
+        for ((hid, dev), (a, _)) in &v.allocs {
+            if a.mode != AllocMode::Unit || a.tenants.is_empty() || !v.hosts.contains_key(hid) {
+                continue;
+            }
+            let h = &v.hosts[hid].0;
+            let Some(ti) = types.iter().position(|t| *t == h.unit_type) else {
+                continue;
+            };
+            let Some(pc) = a.percentile else { continue };
+            let tenants: Vec<(TenantId, sla::placement::TenantSla)> = a
+                .tenants
+                .iter()
+                .map(|t| {
+                    next += 1;
+                    (TenantId(next), t.sla.clone())
+                })
+                .collect();
+            match p.restore_unit(ti, pc, tenants) {
+                Ok(u) => {
+                    units.insert(u.0, (hid.clone(), dev.clone()));
+                }
+                Err(e) => {
+                    warn!(host = %hid, device = %dev, error = %e, "a unit's tenants exceed it; not placing on it")
+                }
+            }
+        }
+        Ok((p, units, next + 1))
+    }
+
+    fn plan_unit(
+        &self,
+        v: &View,
+        req: &CreateRequest,
+        s: &sla::placement::TenantSla,
+    ) -> Result<Plan, ClusterError> {
+        let capacity = req.capacity.ok_or_else(|| {
+            ClusterError::Invalid(format!(
+                "vSSD {:?}: placement by SLA curve needs a capacity (bytes)",
+                req.name
+            ))
+        })?;
+        let (mut placer, units, tid) = self.placer(v)?;
+        let stripes = placer
+            .place(TenantId(tid), s.clone())
+            .map_err(|e| ClusterError::NoRoom(format!("vSSD {:?}: {e}", req.name)))?;
+        let unit = stripes[0].unit;
+        let (host, device) = match units.get(&unit.0) {
+            Some(hd) => hd.clone(),
+            None => {
+                // A new unit: a whole free device of that type, on the host
+                // with the most such devices (spreads units over hosts).
+                let tname =
+                    &placer.catalog().types()[placer.unit(unit).expect("placed").type_index()].name;
+                let mut best: Option<(usize, String, String)> = None;
+                for (hid, (h, _)) in &v.hosts {
+                    if &h.unit_type != tname || req.host.as_ref().is_some_and(|x| x != hid) {
+                        continue;
+                    }
+                    let free: Vec<&str> = h
+                        .devices
+                        .iter()
+                        .filter(|d| {
+                            d.free_channels.len() as u32 == d.channels
+                                && v.allocs
+                                    .get(&(hid.clone(), d.name.clone()))
+                                    .is_none_or(|(a, _)| a.is_empty())
+                        })
+                        .map(|d| d.name.as_str())
+                        .collect();
+                    if let Some(first) = free.first() {
+                        if best.as_ref().is_none_or(|b| free.len() > b.0) {
+                            best = Some((free.len(), hid.clone(), first.to_string()));
+                        }
+                    }
+                }
+                let (_, h, d) = best.ok_or_else(|| {
+                    ClusterError::NoRoom(format!(
+                        "vSSD {:?}: no free device of unit type {tname} on a live host{}",
+                        req.name,
+                        req.host
+                            .as_ref()
+                            .map(|h| format!(" {h}"))
+                            .unwrap_or_default()
+                    ))
+                })?;
+                (h, d)
+            }
+        };
+        let hrec = &v.hosts[&host].0;
+        let dev = hrec
+            .devices
+            .iter()
+            .find(|d| d.name == device)
+            .expect("device from the view");
+        let (mut alloc, rev) = v
+            .allocs
+            .get(&(host.clone(), device.clone()))
+            .cloned()
+            .unwrap_or((
+                DeviceAlloc {
+                    mode: AllocMode::Unit,
+                    channels: BTreeMap::new(),
+                    tenants: Vec::new(),
+                    percentile: None,
+                },
+                0,
+            ));
+        alloc.mode = AllocMode::Unit;
+        alloc.channels.clear();
+        alloc.percentile = Some(s.percentile);
+        let need = blocks_for(capacity, dev.row_bytes) + dev.spare_blocks;
+        // First fit among the tenants' block ranges.
+        let mut taken: Vec<(u32, u32)> = alloc.tenants.iter().map(|t| t.blocks).collect();
+        taken.sort_unstable();
+        let mut start = 0u32;
+        let mut found = None;
+        for (a, b) in taken.iter().copied().chain(std::iter::once((
+            dev.blocks_per_plane,
+            dev.blocks_per_plane,
+        ))) {
+            if a >= start && a - start >= need {
+                found = Some(start);
+                break;
+            }
+            start = start.max(b);
+        }
+        let Some(first) = found else {
+            return Err(ClusterError::NoRoom(format!(
+                "vSSD {:?}: its curve fits unit {host}/{device}, but the unit has no {need} free blocks per plane for {capacity} bytes (it has {} per plane, {} tenants)",
+                req.name,
+                dev.blocks_per_plane,
+                alloc.tenants.len()
+            )));
+        };
+        let blocks = (first, first + need);
+        alloc.tenants.push(UnitTenant {
+            name: req.name.clone(),
+            blocks,
+            sla: s.clone(),
+        });
+        Ok(Plan {
+            vssd: FleetVssd {
+                name: req.name.clone(),
+                host,
+                device,
+                channels: (0..dev.channels).collect(),
+                blocks: Some(blocks),
+                capacity: Some(capacity),
+                sla: Some(s.clone()),
+                tenant: req.tenant.clone(),
+            },
+            alloc,
+            expect_rev: rev,
+        })
+    }
+
+    /// Deletes a fleet vSSD and frees its booking (active scheduler only).
+    pub async fn delete(&self, name: &str) -> Result<(), ClusterError> {
+        if !self.is_active() {
+            return Err(self.not_leader());
+        }
+        let _order = self.place_lock.lock().await;
+        let mut c = self.client.clone();
+        let vkey = self.keys.vssd(name);
+        for _ in 0..8 {
+            let got = c.get(vkey.clone(), None).await?;
+            let Some(kv) = got.kvs().first() else {
+                return Err(ClusterError::NotFound(format!(
+                    "no vSSD named {name:?} in the fleet"
+                )));
+            };
+            let vrev = kv.mod_revision();
+            let v: FleetVssd = decode(kv.key(), kv.value())?;
+            let akey = self.keys.alloc(&v.host, &v.device);
+            let a = c.get(akey.clone(), None).await?;
+            let mut ops = vec![
+                TxnOp::delete(vkey.clone(), None),
+                TxnOp::delete(self.keys.desired(&v.host, name), None),
+            ];
+            let mut cmps = vec![Compare::mod_revision(vkey.clone(), CompareOp::Equal, vrev)];
+            let mut new_alloc = None;
+            if let Some(akv) = a.kvs().first() {
+                let mut alloc: DeviceAlloc = decode(akv.key(), akv.value())?;
+                alloc.channels.retain(|_, n| n != name);
+                alloc.tenants.retain(|t| t.name != name);
+                cmps.push(Compare::mod_revision(
+                    akey.clone(),
+                    CompareOp::Equal,
+                    akv.mod_revision(),
+                ));
+                if alloc.is_empty() {
+                    ops.push(TxnOp::delete(akey.clone(), None));
+                } else {
+                    ops.push(TxnOp::put(akey.clone(), encode(&alloc), None));
+                    new_alloc = Some(alloc);
+                }
+            }
+            let ev = self.make_event(
+                "vssd-deleted",
+                Some(&v.host),
+                format!("{name} deleted from {}/{}", v.host, v.device),
+            );
+            ops.push(TxnOp::put(self.event_key(), encode(&ev), None));
+            let resp = c.txn(Txn::new().when(cmps).and_then(ops)).await?;
+            if resp.succeeded() {
+                let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+                let mut view = self.view.lock();
+                match new_alloc {
+                    Some(a) => {
+                        view.allocs
+                            .insert((v.host.clone(), v.device.clone()), (a, rev));
+                    }
+                    None => {
+                        view.allocs.remove(&(v.host.clone(), v.device.clone()));
+                    }
+                }
+                return Ok(());
+            }
+        }
+        Err(ClusterError::Conflict(format!(
+            "could not delete {name:?}: the fleet kept changing; try again"
+        )))
+    }
+
+    /// Every fleet vSSD with its host's report.
+    pub async fn list(&self) -> Result<Vec<VssdStatus>, ClusterError> {
+        let mut c = self.client.clone();
+        let vs = c
+            .get(self.keys.vssds(), Some(GetOptions::new().with_prefix()))
+            .await?;
+        let obs = c
+            .get(
+                self.keys.observed_all(),
+                Some(GetOptions::new().with_prefix()),
+            )
+            .await?;
+        let mut observed: BTreeMap<(String, String), ObservedVssd> = BTreeMap::new();
+        let base = self.keys.observed_all();
+        for kv in obs.kvs() {
+            let k = String::from_utf8_lossy(kv.key()).into_owned();
+            let Some((h, n)) = k.strip_prefix(&base).and_then(|r| r.split_once('/')) else {
+                continue;
+            };
+            match decode::<ObservedVssd>(kv.key(), kv.value()) {
+                Ok(o) => {
+                    observed.insert((h.to_string(), n.to_string()), o);
+                }
+                Err(e) => warn!(error = %e, "ignoring an observed record"),
+            }
+        }
+        let alive: BTreeSet<String> = self.view.lock().hosts.keys().cloned().collect();
+        let mut out = Vec::new();
+        for kv in vs.kvs() {
+            let v: FleetVssd = match decode(kv.key(), kv.value()) {
+                Ok(v) => v,
+                Err(e) => {
+                    warn!(error = %e, "ignoring a fleet vSSD record");
+                    continue;
+                }
+            };
+            let o = observed.remove(&(v.host.clone(), v.name.clone()));
+            let (state, error, uri, bytes) = if !alive.contains(&v.host) {
+                (
+                    "unavailable".to_string(),
+                    Some(format!("host {} is lost", v.host)),
+                    None,
+                    0,
+                )
+            } else {
+                match o {
+                    None => ("pending".into(), None, None, 0),
+                    Some(o) => (
+                        match o.state {
+                            ObservedState::Ready => "ready".into(),
+                            ObservedState::Error => "error".into(),
+                        },
+                        o.error,
+                        o.uri,
+                        o.capacity_bytes,
+                    ),
+                }
+            };
+            out.push(VssdStatus {
+                vssd: v,
+                state,
+                error,
+                uri,
+                capacity_bytes: bytes,
+            });
+        }
+        Ok(out)
+    }
+
+    /// One fleet vSSD.
+    pub async fn show(&self, name: &str) -> Result<VssdStatus, ClusterError> {
+        // The list is one range read of each prefix; a point read would need
+        // the same join.
+        self.list()
+            .await?
+            .into_iter()
+            .find(|v| v.vssd.name == name)
+            .ok_or_else(|| ClusterError::NotFound(format!("no vSSD named {name:?} in the fleet")))
+    }
+
+    /// Hosts, alive and lost.
+    pub fn hosts(&self) -> Vec<HostStatus> {
+        let v = self.view.lock();
+        let mut ids: BTreeSet<String> = v.hosts.keys().cloned().collect();
+        ids.extend(v.allocs.keys().map(|(h, _)| h.clone()));
+        ids.into_iter()
+            .map(|id| {
+                let mut vssds = BTreeSet::new();
+                let mut booked = 0;
+                for ((h, _), (a, _)) in &v.allocs {
+                    if *h != id {
+                        continue;
+                    }
+                    booked += a.channels.len() as u32;
+                    vssds.extend(a.channels.values().cloned());
+                    if a.mode == AllocMode::Unit && !a.tenants.is_empty() {
+                        vssds.extend(a.tenants.iter().map(|t| t.name.clone()));
+                        booked += v
+                            .hosts
+                            .get(h)
+                            .and_then(|(r, _)| {
+                                r.devices.iter().find(|d| {
+                                    Some(&d.name)
+                                        == v.allocs.keys().find(|k| k.0 == *h).map(|k| &k.1)
+                                })
+                            })
+                            .map_or(0, |d| d.channels);
+                    }
+                }
+                let record = v.hosts.get(&id).map(|(r, _)| r.clone());
+                HostStatus {
+                    state: if record.is_some() { "alive" } else { "lost" }.into(),
+                    total_channels: record
+                        .as_ref()
+                        .map_or(0, |r| r.devices.iter().map(|d| d.channels).sum()),
+                    id,
+                    record,
+                    vssds: vssds.len(),
+                    booked_channels: booked,
+                }
+            })
+            .collect()
+    }
+
+    /// The fleet at a glance.
+    pub fn status(&self) -> FleetStatus {
+        let hosts = self.hosts();
+        let v = self.view.lock();
+        FleetStatus {
+            scheduler: self.cfg.id.clone(),
+            active: self.is_active(),
+            leader: self.leader(),
+            hosts_alive: hosts.iter().filter(|h| h.state == "alive").count(),
+            hosts_lost: hosts.iter().filter(|h| h.state == "lost").count(),
+            vssds: hosts.iter().map(|h| h.vssds).sum(),
+            units: v
+                .allocs
+                .values()
+                .filter(|(a, _)| a.mode == AllocMode::Unit && !a.tenants.is_empty())
+                .count(),
+            channels_booked: hosts
+                .iter()
+                .filter(|h| h.state == "alive")
+                .map(|h| h.booked_channels)
+                .sum(),
+            channels_total: hosts.iter().map(|h| h.total_channels).sum(),
+        }
+    }
+
+    /// The last `limit` events, oldest first.
+    pub async fn events(&self, limit: i64) -> Result<Vec<FleetEvent>, ClusterError> {
+        let mut c = self.client.clone();
+        let resp = c
+            .get(
+                self.keys.events(),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Key, SortOrder::Descend)
+                        .with_limit(limit),
+                ),
+            )
+            .await?;
+        let mut out: Vec<FleetEvent> = resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                decode::<FleetEvent>(kv.key(), kv.value())
+                    .map(|mut e| {
+                        e.seq = kv.mod_revision() as u64;
+                        e
+                    })
+                    .map_err(|e| warn!(error = %e, "ignoring an event"))
+                    .ok()
+            })
+            .collect();
+        out.reverse();
+        Ok(out)
+    }
+}
+
+fn validate(req: &CreateRequest) -> Result<(), ClusterError> {
+    if !control::valid_name(&req.name) {
+        return Err(ClusterError::Invalid(format!(
+            "name {:?}: use 1-64 characters of A-Z, a-z, 0-9, '.', '_', '-'",
+            req.name
+        )));
+    }
+    if req.sla.is_some() && req.channels.is_some() {
+        return Err(ClusterError::Invalid(format!(
+            "vSSD {:?}: give an SLA curve or a channel count, not both",
+            req.name
+        )));
+    }
+    if req.channels == Some(0) {
+        return Err(ClusterError::Invalid(format!(
+            "vSSD {:?}: channels must be at least 1",
+            req.name
+        )));
+    }
+    if let Some(s) = &req.sla {
+        if !s.curve.is_concave() {
+            return Err(ClusterError::Invalid(format!(
+                "vSSD {:?}: the SLA curve is not concave",
+                req.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_cover_the_capacity_with_over_provisioning() {
+        // 1 MiB rows: 7 MiB exported needs 8 MiB raw.
+        assert_eq!(blocks_for(7 << 20, 1 << 20), 8);
+        assert_eq!(blocks_for(1, 1 << 20), 2);
+    }
+
+    #[test]
+    fn requests_are_checked() {
+        let mut r = CreateRequest {
+            name: "bad name".into(),
+            ..Default::default()
+        };
+        assert!(validate(&r).unwrap_err().to_string().contains("bad name"));
+        r.name = "ok".into();
+        r.channels = Some(0);
+        assert!(validate(&r).is_err());
+    }
+}

@@ -1,0 +1,615 @@
+//! `flexssd cluster`: the fleet scheduler's server and the fleet-wide client
+//! commands.
+//!
+//! `cluster serve` runs one scheduler process: it campaigns for leadership
+//! in etcd and serves the fleet API. Any number may run; the active one
+//! places, the others forward changes to it (so a client may talk to any of
+//! them, and keeps working when the active one dies and another takes over).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use clap::{Args, Subcommand};
+use cluster::etcd::EtcdConfig;
+use cluster::keys::FleetEvent;
+use cluster::scheduler::{FleetStatus, HostStatus, VssdStatus};
+use cluster::{ClusterError, CreateRequest, Scheduler, SchedulerConfig};
+use control::format_size;
+use serde::Deserialize;
+use sla::catalog::{Catalog, Percentile};
+use sla::placement::Metric;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::client::{table, Client};
+
+/// `flexssd cluster ...`.
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    #[command(subcommand)]
+    cmd: ClusterCmd,
+}
+
+impl ClusterArgs {
+    /// Whether this runs a server (which must keep SIGPIPE ignored).
+    pub fn is_serve(&self) -> bool {
+        matches!(self.cmd, ClusterCmd::Serve(_))
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterCmd {
+    /// Run a fleet scheduler (elected through etcd) and the fleet API.
+    Serve(Box<ServeArgs>),
+    /// List the fleet's hosts, alive and lost.
+    Hosts {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The fleet at a glance: the active scheduler, hosts, vSSDs, channels.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `flexssd cluster serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// etcd endpoints, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        env = "FLEXSSD_ETCD",
+        default_value = "http://127.0.0.1:2379"
+    )]
+    etcd: Vec<String>,
+    /// This scheduler's id (unique among schedulers).
+    #[arg(long)]
+    id: String,
+    /// Address of the fleet API.
+    #[arg(long, default_value = "127.0.0.1:8750")]
+    listen: SocketAddr,
+    /// The URL others reach this API at (default: http://LISTEN).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// Key prefix in etcd.
+    #[arg(long, default_value = "/flexssd")]
+    prefix: String,
+    /// Leader lease TTL, seconds.
+    #[arg(long, default_value_t = 5)]
+    ttl: u64,
+    /// Unit catalogue for placement by SLA curve (TOML, as `sim sla-placement --catalog`).
+    #[arg(long, value_name = "FILE")]
+    catalog: Option<PathBuf>,
+    /// Best-fit metric: dot, l2 or area.
+    #[arg(long, default_value = "dot")]
+    metric: Metric,
+    /// CA certificate of etcd's server certificate (https endpoints).
+    #[arg(long, value_name = "FILE")]
+    etcd_ca: Option<PathBuf>,
+    /// Client certificate for etcd (with --etcd-key).
+    #[arg(long, value_name = "FILE", requires = "etcd_key")]
+    etcd_cert: Option<PathBuf>,
+    /// Client key for etcd.
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    etcd_key: Option<PathBuf>,
+    /// etcd user (with --etcd-password-file).
+    #[arg(long, requires = "etcd_password_file")]
+    etcd_user: Option<String>,
+    /// File holding the etcd user's password.
+    #[arg(long, value_name = "FILE", requires = "etcd_user")]
+    etcd_password_file: Option<PathBuf>,
+    /// File holding the bearer token every request to the fleet API must carry
+    /// (default: none; then listen only on loopback).
+    #[arg(long, value_name = "FILE")]
+    api_token_file: Option<PathBuf>,
+    /// Give up if etcd cannot be reached this many times at start (0: retry for ever).
+    #[arg(long, default_value_t = 0)]
+    connect_attempts: u32,
+}
+
+/// Runs `flexssd cluster ...`; `cluster_url` is the fleet API for the client commands.
+pub fn run(a: &ClusterArgs, cluster_url: &str) -> Result<()> {
+    match &a.cmd {
+        ClusterCmd::Serve(s) => serve(s),
+        ClusterCmd::Hosts { json } => {
+            let hosts: Vec<HostStatus> = Client::new(cluster_url).get("/v1/cluster/hosts")?;
+            if *json {
+                return crate::client::json(&hosts);
+            }
+            let rows: Vec<Vec<String>> = hosts
+                .iter()
+                .map(|h| {
+                    let r = h.record.as_ref();
+                    vec![
+                        h.id.clone(),
+                        h.state.clone(),
+                        r.map_or("-".into(), |r| r.nbd.clone()),
+                        r.map_or(0, |r| r.devices.len()).to_string(),
+                        format!("{}/{}", h.booked_channels, h.total_channels),
+                        h.vssds.to_string(),
+                        r.map_or(0, |r| r.gssds.len()).to_string(),
+                    ]
+                })
+                .collect();
+            table(
+                &[
+                    "HOST",
+                    "STATE",
+                    "NBD",
+                    "DEVICES",
+                    "BOOKED/CHANNELS",
+                    "VSSDS",
+                    "GSSDS",
+                ],
+                &rows,
+            );
+            Ok(())
+        }
+        ClusterCmd::Status { json } => {
+            let s: FleetStatus = Client::new(cluster_url).get("/v1/cluster/status")?;
+            if *json {
+                return crate::client::json(&s);
+            }
+            println!(
+                "active scheduler: {}",
+                s.leader
+                    .as_ref()
+                    .map_or("none".to_string(), |l| format!("{} ({})", l.id, l.api))
+            );
+            println!(
+                "hosts:            {} alive, {} lost",
+                s.hosts_alive, s.hosts_lost
+            );
+            println!("vSSDs:            {} ({} SLA units)", s.vssds, s.units);
+            println!(
+                "channels:         {} booked of {}",
+                s.channels_booked, s.channels_total
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Fleet-wide `vssd create`.
+pub fn create(cluster_url: &str, req: &CreateRequest) -> Result<()> {
+    let c = Client::new(cluster_url);
+    let v: VssdStatus = c.post("/v1/vssds", req)?;
+    // The host creates it within a publish period or two; wait for its report.
+    let mut last = v;
+    for _ in 0..100 {
+        if last.state != "pending" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        last = c.get(&format!("/v1/vssds/{}", req.name))?;
+    }
+    let v = &last.vssd;
+    println!(
+        "placed vSSD {} on host {} device {} channels {:?}{} ({})",
+        v.name,
+        v.host,
+        v.device,
+        v.channels,
+        v.blocks
+            .map(|(s, e)| format!(" blocks {s}..{e}"))
+            .unwrap_or_default(),
+        last.state
+    );
+    match (&last.uri, &last.error) {
+        (Some(u), _) => println!("export: {u}"),
+        (None, Some(e)) => bail!("the host could not create it: {e}"),
+        (None, None) => println!(
+            "the host has not reported it yet; see `flexssd --cluster {cluster_url} vssd show {}`",
+            v.name
+        ),
+    }
+    Ok(())
+}
+
+/// Fleet-wide `vssd list`.
+pub fn list(cluster_url: &str, as_json: bool) -> Result<()> {
+    let l: Vec<VssdStatus> = Client::new(cluster_url).get("/v1/vssds")?;
+    if as_json {
+        return crate::client::json(&l);
+    }
+    let rows: Vec<Vec<String>> = l
+        .iter()
+        .map(|s| {
+            vec![
+                s.vssd.name.clone(),
+                s.vssd.host.clone(),
+                s.vssd.device.clone(),
+                crate::client::channels(&s.vssd.channels),
+                s.vssd
+                    .blocks
+                    .map_or("all".into(), |(a, b)| format!("{a}..{b}")),
+                format_size(s.capacity_bytes),
+                s.state.clone(),
+                s.uri.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "NAME", "HOST", "DEVICE", "CHANNELS", "BLOCKS", "CAPACITY", "STATE", "EXPORT",
+        ],
+        &rows,
+    );
+    Ok(())
+}
+
+/// Fleet-wide `vssd show`.
+pub fn show(cluster_url: &str, name: &str, as_json: bool) -> Result<()> {
+    let s: VssdStatus = Client::new(cluster_url).get(&format!("/v1/vssds/{name}"))?;
+    if as_json {
+        return crate::client::json(&s);
+    }
+    println!("name:     {}", s.vssd.name);
+    println!("host:     {}", s.vssd.host);
+    println!("device:   {}", s.vssd.device);
+    println!("channels: {}", crate::client::channels(&s.vssd.channels));
+    if let Some((a, b)) = s.vssd.blocks {
+        println!("blocks:   {a}..{b}");
+    }
+    println!("state:    {}", s.state);
+    if let Some(e) = &s.error {
+        println!("error:    {e}");
+    }
+    if let Some(u) = &s.uri {
+        println!("export:   {u}");
+    }
+    Ok(())
+}
+
+/// Fleet-wide `vssd delete`.
+pub fn delete(cluster_url: &str, name: &str) -> Result<()> {
+    let _: serde_json::Value = Client::new(cluster_url).delete(&format!("/v1/vssds/{name}"))?;
+    println!("deleted vSSD {name} from the fleet");
+    Ok(())
+}
+
+/// Fleet-wide `events`.
+pub fn events(cluster_url: &str, limit: usize, as_json: bool) -> Result<()> {
+    let l: Vec<FleetEvent> = Client::new(cluster_url).get(&format!("/v1/events?limit={limit}"))?;
+    if as_json {
+        return crate::client::json(&l);
+    }
+    for e in l {
+        println!("{} {:<16} {}", e.at_ms, e.kind, e.detail);
+    }
+    Ok(())
+}
+
+/// Builds a fleet create request from the CLI's percentile name.
+pub fn percentile(s: &str) -> Result<Percentile> {
+    s.parse::<Percentile>()
+        .map_err(|e| anyhow::anyhow!("--percentile {s:?}: {e}"))
+}
+
+#[derive(Clone)]
+struct AppState {
+    sched: Arc<Scheduler>,
+    token: Option<Arc<str>>,
+    forward: ureq::Agent,
+}
+
+struct FleetError(StatusCode, String);
+
+impl IntoResponse for FleetError {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+    }
+}
+
+impl From<ClusterError> for FleetError {
+    fn from(e: ClusterError) -> Self {
+        FleetError(
+            StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            e.to_string(),
+        )
+    }
+}
+
+fn check_token(st: &AppState, headers: &HeaderMap) -> Result<(), FleetError> {
+    let Some(want) = &st.token else {
+        return Ok(());
+    };
+    let got = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match got {
+        None => Err(FleetError(
+            StatusCode::UNAUTHORIZED,
+            "missing credentials: send the fleet API token as a bearer token (--token-file or FLEXSSD_TOKEN)".into(),
+        )),
+        Some(t) if auth::constant_time_eq(t.as_bytes(), want.as_bytes()) => Ok(()),
+        Some(_) => Err(FleetError(StatusCode::UNAUTHORIZED, "invalid token".into())),
+    }
+}
+
+/// A change this scheduler cannot make: send it to the active one.
+async fn forward(
+    st: &AppState,
+    method: Method,
+    path: String,
+    headers: &HeaderMap,
+    body: Option<Bytes>,
+    err: ClusterError,
+) -> Response {
+    let ClusterError::NotLeader { leader } = &err else {
+        return FleetError::from(err).into_response();
+    };
+    if leader == "none" {
+        return FleetError::from(err).into_response();
+    }
+    let url = format!("{}{}", leader.trim_end_matches('/'), path);
+    let agent = st.forward.clone();
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let res = tokio::task::spawn_blocking(move || {
+        let mut r = agent.request(method.as_str(), &url);
+        if let Some(a) = auth {
+            r = r.set("Authorization", &a);
+        }
+        let r = match body {
+            Some(b) => r.set("Content-Type", "application/json").send_bytes(&b),
+            None => r.call(),
+        };
+        match r {
+            Ok(resp) | Err(ureq::Error::Status(_, resp)) => {
+                let code = resp.status();
+                Ok((code, resp.into_string().unwrap_or_default()))
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    match res {
+        Ok(Ok((code, text))) => (
+            StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY),
+            [("content-type", "application/json")],
+            text,
+        )
+            .into_response(),
+        Ok(Err(e)) => FleetError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the active scheduler at {leader} is unreachable ({e}); retry in a few seconds"
+            ),
+        )
+        .into_response(),
+        Err(e) => FleetError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+async fn h_status(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<FleetStatus>, FleetError> {
+    check_token(&st, &headers)?;
+    Ok(Json(st.sched.status()))
+}
+
+async fn h_hosts(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<HostStatus>>, FleetError> {
+    check_token(&st, &headers)?;
+    Ok(Json(st.sched.hosts()))
+}
+
+async fn h_list(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<VssdStatus>>, FleetError> {
+    check_token(&st, &headers)?;
+    Ok(Json(st.sched.list().await?))
+}
+
+async fn h_create(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(e) = check_token(&st, &headers) {
+        return e.into_response();
+    }
+    let req: CreateRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return FleetError(
+                StatusCode::BAD_REQUEST,
+                format!("invalid vSSD request: {e}"),
+            )
+            .into_response()
+        }
+    };
+    match st.sched.create(&req).await {
+        Ok(v) => (StatusCode::CREATED, Json(v)).into_response(),
+        Err(e) => {
+            forward(
+                &st,
+                Method::POST,
+                "/v1/vssds".into(),
+                &headers,
+                Some(body),
+                e,
+            )
+            .await
+        }
+    }
+}
+
+async fn h_show(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<VssdStatus>, FleetError> {
+    check_token(&st, &headers)?;
+    Ok(Json(st.sched.show(&name).await?))
+}
+
+async fn h_delete(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    if let Err(e) = check_token(&st, &headers) {
+        return e.into_response();
+    }
+    match st.sched.delete(&name).await {
+        Ok(()) => Json(serde_json::json!({ "deleted": name })).into_response(),
+        Err(e) => {
+            forward(
+                &st,
+                Method::DELETE,
+                format!("/v1/vssds/{name}"),
+                &headers,
+                None,
+                e,
+            )
+            .await
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct EventsQuery {
+    limit: Option<i64>,
+}
+
+async fn h_events(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<EventsQuery>,
+) -> Result<Json<Vec<FleetEvent>>, FleetError> {
+    check_token(&st, &headers)?;
+    Ok(Json(
+        st.sched
+            .events(q.limit.unwrap_or(100).clamp(1, 10_000))
+            .await?,
+    ))
+}
+
+fn serve(a: &ServeArgs) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if !control::valid_name(&a.id) {
+        bail!(
+            "--id {:?}: use 1-64 characters of A-Z, a-z, 0-9, '.', '_', '-'",
+            a.id
+        );
+    }
+    if a.api_token_file.is_none() && !a.listen.ip().is_loopback() {
+        bail!(
+            "refusing to serve the fleet API on {} without --api-token-file: anyone who reaches it could place and delete vSSDs",
+            a.listen
+        );
+    }
+    let catalog = match &a.catalog {
+        Some(p) => Catalog::from_toml_str(
+            &std::fs::read_to_string(p)
+                .with_context(|| format!("reading --catalog {}", p.display()))?,
+        )
+        .with_context(|| format!("--catalog {}", p.display()))?,
+        None => Catalog::builtin(),
+    };
+    let token = match &a.api_token_file {
+        Some(p) => {
+            let t = std::fs::read_to_string(p)
+                .with_context(|| format!("reading --api-token-file {}", p.display()))?;
+            let t = t.trim().to_string();
+            if t.is_empty() {
+                bail!("--api-token-file {} is empty", p.display());
+            }
+            Some(Arc::<str>::from(t))
+        }
+        None => None,
+    };
+    let etcd = EtcdConfig {
+        endpoints: a.etcd.clone(),
+        ca_file: a.etcd_ca.clone(),
+        identity: a.etcd_cert.clone().zip(a.etcd_key.clone()),
+        user: a.etcd_user.clone().zip(a.etcd_password_file.clone()),
+    };
+    let cfg = SchedulerConfig {
+        etcd,
+        prefix: a.prefix.clone(),
+        id: a.id.clone(),
+        api: a
+            .advertise
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", a.listen)),
+        ttl: Duration::from_secs(a.ttl.max(1)),
+        catalog,
+        metric: a.metric,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting tokio")?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(a.listen)
+            .await
+            .with_context(|| format!("binding the fleet API on {}", a.listen))?;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        info!(endpoints = ?a.etcd, "connecting to etcd");
+        let sched = Scheduler::start(
+            cfg,
+            cluster::system_wall(),
+            stop_rx.clone(),
+            a.connect_attempts,
+        )
+        .await
+        .context("starting the fleet scheduler")?;
+        let st = AppState {
+            sched,
+            token,
+            forward: ureq::AgentBuilder::new()
+                .timeout(Duration::from_secs(30))
+                .build(),
+        };
+        let app = Router::new()
+            .route("/v1/cluster/status", get(h_status))
+            .route("/v1/cluster/hosts", get(h_hosts))
+            .route("/v1/vssds", get(h_list).post(h_create))
+            .route("/v1/vssds/:name", get(h_show).delete(h_delete))
+            .route("/v1/events", get(h_events))
+            .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
+            .with_state(st);
+        info!(id = %a.id, "fleet API listening on http://{}", a.listen);
+        let mut rx = stop_rx.clone();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+                .await
+        });
+        crate::serve::wait_for_signal().await?;
+        let _ = stop_tx.send(true);
+        if tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .is_err()
+        {
+            warn!("the fleet API did not stop within 5 s");
+        }
+        Ok(())
+    })
+}
