@@ -95,6 +95,67 @@ pub struct PlacementArgs {
     /// Print the results as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Place exactly these tenants, in order, with Regulator's placement (no
+    /// synthetic populations, no baselines): a JSON array of
+    /// `{"curve": [[w, r], ...], "percentile": "p99"}`, e.g. the requests a
+    /// fleet was given, to compare the units it used.
+    #[arg(long, value_name = "FILE")]
+    pub requests: Option<PathBuf>,
+}
+
+/// `--requests`: what placing a given list of tenants used.
+#[derive(Debug, Serialize)]
+struct RequestsReport {
+    requests: usize,
+    placed: usize,
+    rejected: Vec<String>,
+    units: usize,
+    per_type: BTreeMap<String, usize>,
+    cost: f64,
+}
+
+fn run_requests(a: &PlacementArgs, catalog: Catalog, path: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --requests {}", path.display()))?;
+    let reqs: Vec<sla::placement::TenantSla> = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "--requests {}: expected a JSON array of {{\"curve\": [[w, r], ...], \"percentile\": \"p99\"}}",
+            path.display()
+        )
+    })?;
+    let mut cfg = sla::placement::PlacerConfig::regulator(a.metric);
+    cfg.max_stripes = a.max_stripes;
+    let mut p = sla::placement::Placer::new(catalog, cfg);
+    let mut rejected = Vec::new();
+    for (i, r) in reqs.iter().enumerate() {
+        if let Err(e) = p.place(sla::placement::TenantId(i as u64), r.clone()) {
+            rejected.push(format!("request {i}: {e}"));
+        }
+    }
+    let u = p.usage();
+    let report = RequestsReport {
+        requests: reqs.len(),
+        placed: reqs.len() - rejected.len(),
+        rejected,
+        units: u.units,
+        per_type: u.per_type,
+        cost: u.cost,
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{} of {} tenants placed on {} units (cost {:.1})",
+            report.placed, report.requests, report.units, report.cost
+        );
+        for (t, n) in &report.per_type {
+            println!("  {t}: {n}");
+        }
+        for r in &report.rejected {
+            println!("  rejected {r}");
+        }
+    }
+    Ok(())
 }
 
 /// One curve shape taken from a trace volume.
@@ -364,6 +425,9 @@ pub fn run(a: &PlacementArgs) -> Result<()> {
         Some(p) => load_catalog(p)?,
         None => Catalog::builtin(),
     };
+    if let Some(path) = &a.requests {
+        return run_requests(a, catalog, path);
+    }
     for &p in &a.percentiles {
         ensure!(
             catalog.offering(p).next().is_some(),
