@@ -56,12 +56,102 @@ enum ClusterCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Scale benchmark: many light host agents and a scheduler against one
+    /// real etcd (scripts/bench-cluster.sh starts one).
+    Bench(BenchArgs),
     /// The fleet at a glance: the active scheduler, hosts, vSSDs, channels.
     Status {
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `flexssd cluster bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// etcd endpoints, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        env = "FLEXSSD_ETCD",
+        default_value = "http://127.0.0.1:2379"
+    )]
+    etcd: Vec<String>,
+    /// Light host agents, one lease each.
+    #[arg(long, default_value_t = 1000)]
+    hosts: usize,
+    /// Devices per host.
+    #[arg(long, default_value_t = 2)]
+    devices: u32,
+    /// Channels per device.
+    #[arg(long, default_value_t = 16)]
+    channels: u32,
+    /// vSSDs to place (1-3 channels each).
+    #[arg(long, default_value_t = 10_000)]
+    placements: usize,
+    /// Placement requests in flight at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Host lease TTL, seconds.
+    #[arg(long, default_value_t = 10)]
+    ttl: u64,
+    /// etcd connections the agents share.
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn bench(a: &BenchArgs) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting tokio")?;
+    let wall = cluster::system_wall();
+    let cfg = cluster::bench::BenchConfig {
+        etcd: EtcdConfig {
+            endpoints: a.etcd.clone(),
+            ..Default::default()
+        },
+        prefix: format!("/flexssd-bench-{}", wall()),
+        hosts: a.hosts,
+        devices: a.devices,
+        channels: a.channels,
+        placements: a.placements,
+        concurrency: a.concurrency,
+        ttl: Duration::from_secs(a.ttl.max(1)),
+        connections: a.connections,
+    };
+    let quiet = a.json;
+    let r = rt
+        .block_on(cluster::bench::run(cfg, wall, |phase| {
+            if !quiet {
+                eprintln!("bench: {phase}");
+            }
+        }))
+        .context("the cluster benchmark")?;
+    if a.json {
+        return crate::client::json(&r);
+    }
+    println!(
+        "hosts registered:   {} in {:.1} s",
+        r.hosts_registered, r.register_s
+    );
+    println!(
+        "placements:         {} ok, {} failed, in {:.1} s = {:.0}/s (p50 {:.1} ms, p99 {:.1} ms)",
+        r.placed, r.failed, r.place_s, r.placements_per_s, r.place_p50_ms, r.place_p99_ms
+    );
+    println!(
+        "host loss detected: {:.2} s after the kill (TTL {:.0} s)",
+        r.loss_detect_s, r.ttl_s
+    );
+    println!(
+        "etcd:               {} keys ({:.1} per host), {:.0} value bytes per host, db {} bytes",
+        r.keys, r.keys_per_host, r.value_bytes_per_host, r.db_bytes
+    );
+    Ok(())
 }
 
 /// `flexssd cluster serve`.
@@ -124,6 +214,7 @@ pub struct ServeArgs {
 pub fn run(a: &ClusterArgs, cluster_url: &str) -> Result<()> {
     match &a.cmd {
         ClusterCmd::Serve(s) => serve(s),
+        ClusterCmd::Bench(b) => bench(b),
         ClusterCmd::Hosts { json } => {
             let hosts: Vec<HostStatus> = Client::new(cluster_url).get("/v1/cluster/hosts")?;
             if *json {

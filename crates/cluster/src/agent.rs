@@ -117,10 +117,20 @@ impl Agent {
     /// the very first connection fails that many times.
     pub async fn run(
         self,
-        mut stop: watch::Receiver<bool>,
+        stop: watch::Receiver<bool>,
         first_attempts: u32,
     ) -> Result<(), ClusterError> {
-        let mut client = etcd::connect_retrying(&self.cfg.etcd, first_attempts).await?;
+        let client = etcd::connect_retrying(&self.cfg.etcd, first_attempts).await?;
+        self.run_on(client, stop).await
+    }
+
+    /// Like [`Agent::run`] on an established client (many light agents of
+    /// the scale benchmark share a few connections).
+    pub async fn run_on(
+        self,
+        mut client: Client,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<(), ClusterError> {
         loop {
             match self.session(&mut client, &mut stop).await {
                 Ok(()) => return Ok(()),

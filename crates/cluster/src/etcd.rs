@@ -98,3 +98,43 @@ pub async fn connect_retrying(cfg: &EtcdConfig, attempts: u32) -> Result<Client,
         }
     }
 }
+
+/// Every key-value under `prefix`, read in pages (one response is limited
+/// to a few MiB by gRPC; a fleet's index is larger than that).
+pub async fn get_prefix(
+    client: &mut Client,
+    prefix: &str,
+) -> Result<Vec<etcd_client::KeyValue>, ClusterError> {
+    const PAGE: i64 = 2000;
+    let mut end = prefix.as_bytes().to_vec();
+    // The range end of a prefix: its last byte plus one ('/' + 1 = '0').
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    let mut out = Vec::new();
+    let mut from = prefix.as_bytes().to_vec();
+    let mut rev = 0;
+    loop {
+        let mut opts = etcd_client::GetOptions::new()
+            .with_range(end.clone())
+            .with_limit(PAGE);
+        if rev != 0 {
+            // Every page from the first page's revision: one consistent view.
+            opts = opts.with_revision(rev);
+        }
+        let resp = client.get(from.clone(), Some(opts)).await?;
+        if rev == 0 {
+            rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+        }
+        let more = resp.more();
+        let kvs = resp.kvs();
+        if let Some(last) = kvs.last() {
+            from = last.key().to_vec();
+            from.push(0);
+        }
+        out.extend(kvs.iter().cloned());
+        if !more || kvs.is_empty() {
+            return Ok(out);
+        }
+    }
+}

@@ -20,6 +20,7 @@
 //! fleet is a map behind a mutex that is updated, never awaited under.
 
 pub mod agent;
+pub mod bench;
 pub mod etcd;
 pub mod host;
 pub mod keys;
