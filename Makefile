@@ -1,8 +1,9 @@
 # The two commands of the README.
-.PHONY: run test bench fmt lint
+.PHONY: run test bench bench-cluster fmt lint
 
 # Build and start the daemon on its embedded default configuration.
 run:
+	scripts/build-deps.sh
 	cargo run --release -p flexssd -- serve
 
 # Install missing test tools (as root) and run every test.
@@ -12,6 +13,10 @@ test:
 # NBD data-path benchmark against nbdkit memory (not part of the tests).
 bench:
 	scripts/bench-nbd.sh
+
+# Fleet scale benchmark: 1,000 host agents and a scheduler on one etcd.
+bench-cluster:
+	scripts/bench-cluster.sh
 
 fmt:
 	cargo fmt --all

@@ -11,13 +11,15 @@ declare -A pkg=(
   [fio]=fio [nbdinfo]=libnbd-bin [nbdcopy]=libnbd-bin [nbdsh]=python3-libnbd [nbdfuse]=nbdfuse
   [nbdkit]=nbdkit [qemu-img]=qemu-utils [qemu-io]=qemu-utils [mkfs.btrfs]=btrfs-progs
   [mkfs.ext4]=e2fsprogs [fusermount3]=fuse3 [losetup]=mount [python3]=python3
-  [openssl]=openssl [pkg-config]=pkg-config
+  [openssl]=openssl [pkg-config]=pkg-config [etcd]=etcd-server [etcdctl]=etcd-client
+  [protoc]=protobuf-compiler
 )
 missing=()
 for cmd in "${!pkg[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${pkg[$cmd]}")
 done
-# The NBD server's TLS links OpenSSL (openssl-sys finds it through pkg-config).
+# The NBD server's TLS links OpenSSL (openssl-sys finds it through pkg-config);
+# the etcd client's gRPC code is generated with protoc (scripts/build-deps.sh).
 pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
 # The nbd crate's Python-driven TLS test uses the system interpreter's bindings.
 [ -e /usr/lib/python3/dist-packages/nbd.py ] || missing+=(python3-libnbd)
