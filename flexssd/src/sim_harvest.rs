@@ -38,7 +38,7 @@ pub struct HarvestArgs {
     /// Predictor of regular vSSDs' harvestable resources: oracle, last, histogram, or the daemon's own lending policies fixed and lstm (crates/lend; lstm trains per home: small fleets).
     #[arg(long, default_value = "last")]
     pub predictor: String,
-    /// Predictor of unsold servers' harvestable channels (paper §4.4.1: histogram).
+    /// Predictor of unsold servers' harvestable channels (paper §4.4.1: histogram), or the daemon's unsold policies unsold-histogram and unsold-fixed (groups of 4 channels).
     #[arg(long, default_value = "histogram")]
     pub unsold_predictor: String,
     /// Servers in the unsold scenario (paper: 1,400).
@@ -121,8 +121,8 @@ pub fn run(a: &HarvestArgs, wall: &dyn Clock) -> Result<()> {
     let mut reports = Vec::new();
     for (s, k) in scenarios {
         bar.set_message(s.name());
-        let mut p = fl.predictor(k, s);
-        reports.push(fl.run(s, p.as_mut(), &mut || bar.inc(1))?);
+        let mut p = fl.predictor(k, s)?;
+        reports.push(fl.run(s, &mut p, &mut || bar.inc(1))?);
     }
     bar.finish_and_clear();
     let secs = wall.now().saturating_sub(t0) as f64 / SEC as f64;

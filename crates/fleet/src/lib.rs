@@ -18,9 +18,13 @@
 //!   with errors naming file and line.
 //! * [`gen`]: generators fitted to them for fleet scale (synthetic).
 //! * [`predict`]: the simulator's baselines (oracle, last window, histogram) as
-//!   implementations of `lend::LendPolicy`, the trait the daemon's harvester runs;
-//!   the daemon's own policies (`fixed`, the LSTMs) run here through it too.
-//! * [`sim`]: the populations and the discrete-event loop; [`Fleet::run`] returns a
+//!   implementations of `lend::LendPolicy`, the one predictor trait, which the
+//!   daemon's harvester runs; the daemon's own policies (`fixed`, the LSTMs, and
+//!   for unsold channels `lend::UnsoldHistogramPolicy` and `lend::FixedLifetime`)
+//!   run here through it too ([`Policies`]).
+//! * [`sim`]: the populations and the discrete-event loop on a
+//!   `clock::VirtualClock`, deciding through the daemon's `lend::plan_lend`,
+//!   `lend::plan_unsold` and `lend::expiry_updates`; [`Fleet::run`] returns a
 //!   [`ScenarioReport`].
 //!
 //! Deterministic: every random draw comes from `rng::SplitMix64` streams
@@ -35,8 +39,8 @@ pub mod traces;
 
 pub use predict::{Histogram, LastWindow, Oracle, Usage};
 pub use sim::{
-    Counters, Fleet, FleetConfig, HarvestTenant, Home, Population, PredictorKind, Provenance,
-    Scenario, ScenarioReport, UtilStats,
+    Counters, Fleet, FleetConfig, HarvestTenant, Home, Policies, Population, PredictorKind,
+    Provenance, Scenario, ScenarioReport, UtilStats,
 };
 pub use traces::{load, Inputs, MachineSeries};
 

@@ -22,7 +22,10 @@
 //!   as long as it has already lasted (capped), at least one granule.
 //! * [`Histogram`]: the §4.4.1 heuristic: lend everything free now, for the
 //!   `quantile` of the durations that the same number of free channels has lasted
-//!   before, across all homes (a histogram per capacity class).
+//!   before, across all homes (a histogram per capacity class, kept in the same
+//!   `predict::UnsoldHistogram` as the daemon's unsold policy). The unsold
+//!   scenario runs the daemon's `lend::UnsoldHistogramPolicy` itself instead
+//!   (see `Fleet::predictor`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -196,7 +199,9 @@ impl LendPolicy for LastWindow {
     }
 }
 
-/// The unsold-capacity histogram heuristic of §4.4.1 (see the module docs).
+/// The unsold-capacity histogram heuristic of §4.4.1 (see the module docs), on
+/// the same [`::predict::UnsoldHistogram`] as the daemon's
+/// [`lend::UnsoldHistogramPolicy`]: one class per number of free channels.
 #[derive(Debug, Clone)]
 pub struct Histogram {
     /// `None`: draw a past duration at random (the paper's rule); `Some(q)`: predict
@@ -209,11 +214,9 @@ pub struct Histogram {
     /// Per home: free channels at the previous step, and since when each class
     /// `c` (at least `c` free channels) has held.
     state: Vec<(u8, [u32; 17])>,
-    /// Per class `c` in 1..=16: run lengths in steps, as a count per length
-    /// (lengths above `MAX_RUN` pooled in the last bucket).
-    hist: Vec<Vec<u32>>,
-    /// Samples per class.
-    counts: [u64; 17],
+    /// Per class `c` in 1..=16: how long `c` free channels lasted, in buckets of
+    /// one step (runs above `MAX_RUN` steps pooled at `MAX_RUN`).
+    hist: ::predict::UnsoldHistogram,
     /// Per home: (channels, blocks) in use at the latest step.
     last: Vec<(u32, u64)>,
 }
@@ -231,29 +234,22 @@ impl Histogram {
             min_samples: 20,
             granule,
             state: vec![(0, [0; 17]); homes],
-            hist: vec![vec![0; MAX_RUN + 1]; 17],
-            counts: [0; 17],
+            hist: ::predict::UnsoldHistogram::new(crate::STEP_S),
             last: vec![(0, 0); homes],
         }
     }
 
     fn quantile_steps(&mut self, class: usize) -> Option<usize> {
-        if (self.counts[class] as usize) < self.min_samples {
+        if (self.hist.count(class as u64) as usize) < self.min_samples {
             return None;
         }
         let q = match self.quantile {
             Some(q) => q,
             None => self.rng.next_f64(),
         };
-        let target = (q * self.counts[class] as f64).ceil().max(1.0) as u64;
-        let mut acc = 0u64;
-        for (len, &n) in self.hist[class].iter().enumerate() {
-            acc += n as u64;
-            if acc >= target {
-                return Some(len);
-            }
-        }
-        Some(MAX_RUN)
+        self.hist
+            .predict(class as u64, q)
+            .map(|d| (d / STEP) as usize)
     }
 }
 
@@ -279,8 +275,7 @@ impl LendPolicy for Histogram {
             if free < *prev {
                 for c in (free + 1)..=*prev {
                     let len = ((now - starts[c as usize]) as usize).min(MAX_RUN);
-                    self.hist[c as usize][len] += 1;
-                    self.counts[c as usize] += 1;
+                    self.hist.record(u64::from(c), len as Nanos * STEP);
                 }
             } else {
                 for c in (*prev + 1)..=free {
@@ -399,7 +394,7 @@ mod tests {
             let c = if i % 11 == 10 { 4u8 } else { 0 };
             h.observe(i * STEP, &[sample(c, 0)]).unwrap();
         }
-        assert!(h.counts[4] >= 4);
+        assert!(h.hist.count(4) >= 4);
         assert_eq!(h.quantile_steps(4), Some(10));
         h.observe(60 * STEP, &[sample(0, 0)]).unwrap();
         let p = h.offer(60 * STEP, &home()).unwrap();

@@ -4,34 +4,51 @@
 //!
 //! # Time
 //!
-//! A virtual clock in [`clock::Nanos`] advancing in 5-minute steps (the Azure bin
-//! and the resolution of the usage series). Harvest-tenant arrivals and job ends are
-//! events at their own instants inside a step, taken in time order from a sorted
-//! arrival list and a min-heap of ends; usage, reclamation checks and predictions
-//! happen at step boundaries (the paper predicts every 3 minutes; our data is
-//! 5-minute bins). The refresh timer is the harvest crate's [`RefreshTimer`].
+//! A [`clock::VirtualClock`] advancing in 5-minute steps (the Azure bin and the
+//! resolution of the usage series); every decision reads its time from it, as
+//! the daemon's harvester reads its monotonic clock. Harvest-tenant arrivals and
+//! job ends are events at their own instants inside a step (the clock is set to
+//! each), taken in time order from a sorted arrival list and a min-heap of ends;
+//! usage, reclamation checks and predictions happen at step boundaries (the
+//! paper predicts every 3 minutes; our data is 5-minute bins). The refresh timer
+//! is the harvest crate's [`harvest::RefreshTimer`].
+//!
+//! # The daemon's decisions
+//!
+//! What a home lends, what unsold channels lend and the expiries at a refresh
+//! are decided by the functions the daemon's `control::Harvester` calls
+//! ([`lend::plan_lend`], [`lend::plan_unsold`], [`lend::expiry_updates`]) with
+//! the daemon's policy types ([`Policies`]); matching, release and early
+//! reclamation are the [`harvest::GssdPool`] the daemon uses. What stays the
+//! simulator's own is the model around them: usage from traces instead of FTL
+//! counters, and migrations and erases that take no time.
 //!
 //! # One pool, and why
 //!
 //! In the paper each server's vSSD manager has a pool and harvest VMs land on a
 //! server. A fleet scheduler that sends each harvest VM to the server with the
 //! best-fitting gSSD is equivalent to one best-fit over every pool, so the simulator
-//! keeps a single [`GssdPool`] for the fleet (ids = home indices, which are unique
-//! because a home lends at most one gSSD), which is also what makes 60,000 requests
-//! cheap.
+//! keeps a single [`harvest::GssdPool`] for the fleet (ids = lending slots: a home's
+//! index, since a home lends at most one gSSD, or one of a server's 16 slots for
+//! groups of unsold channels), which is also what makes 60,000 requests cheap.
 //!
 //! # What happens at each step
 //!
 //! 1. Every home's usage for the step is shown to the predictor (`observe`).
 //! 2. Early reclamation: a home whose real usage plus what it lends exceeds its
-//!    allotment takes its gSSD back ([`GssdPool::remove`] when unassigned,
-//!    [`GssdPool::early_reclaim`] when assigned: migrate, or evict = exception).
-//! 3. The refresh timer: expired unassigned gSSDs leave the pool
-//!    ([`GssdPool::refresh`]); expired assigned ones are reclaimed early.
-//! 4. Homes that lend nothing ask the predictor and create a gSSD of the rounded-down
-//!    prediction ([`HarvestConfig::harvestable`]).
-//! 5. Events inside the step in time order: job ends ([`GssdPool::release`]:
-//!    back to the pool or erased and home) and arrivals ([`GssdPool::harvest`] of the
+//!    allotment takes its gSSD back ([`harvest::GssdPool::remove`] when unassigned,
+//!    [`harvest::GssdPool::early_reclaim`] when assigned: migrate, or evict = exception).
+//! 3. The refresh timer: the policies refresh every pooled gSSD's expiry
+//!    ([`lend::expiry_updates`]), expired unassigned gSSDs leave the pool
+//!    ([`harvest::GssdPool::refresh`]); expired assigned ones are reclaimed early.
+//! 4. Homes that lend nothing ask the policy and create the gSSD
+//!    [`lend::plan_lend`] makes of its offer (even over the free channels, whole
+//!    chunks, at least one granule); with an unsold policy, a server's unsold
+//!    channels (its highest: sold channels are its lowest) are one group for
+//!    [`lend::plan_unsold`], and a server whose channels get sold tells the
+//!    policy ([`UnsoldPolicy::sold`]), as the daemon's reclaim hook does.
+//! 5. Events inside the step in time order: job ends ([`harvest::GssdPool::release`]:
+//!    back to the pool or erased and home) and arrivals ([`harvest::GssdPool::harvest`] of the
 //!    demand rounded up; no fit = unserved, not an exception: the request is
 //!    turned away before it starts).
 //! 6. Utilisation is sampled for every home and every SSD, before (regular usage
@@ -40,14 +57,10 @@
 //! Under-harvesting does not arise: a synthetic tenant's real demand is its
 //! predicted demand (the demand side of the predictors is out of scope here).
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use clock::{Nanos, SEC};
-use harvest::{
-    classify, Demand, Gssd, GssdPool, HarvestConfig, ReclaimAction, RefreshTimer, Resources,
-};
+use harvest::{Demand, HarvestConfig};
 use rng::SplitMix64;
 use serde::{Deserialize, Serialize};
 
@@ -55,7 +68,10 @@ use crate::gen::{self, DemandGen, LevelChain};
 use crate::predict::{Histogram, LastWindow, Oracle, Usage};
 use crate::traces::Inputs;
 use crate::{FleetError, STEP_S};
-use lend::{HomeSample, LendPolicy, Lendable};
+
+mod run;
+use lend::{FixedLifetime, LendPolicy, Lendable, UnsoldHistogramPolicy, UnsoldPolicy};
+use run::Run;
 
 const STEP: Nanos = STEP_S * SEC;
 const NONE: u32 = u32::MAX;
@@ -169,7 +185,7 @@ pub enum PredictorKind {
     Oracle,
     /// [`LastWindow`].
     Last,
-    /// [`Histogram`].
+    /// [`Histogram`] (the paper's fleet-wide heuristic).
     Histogram,
     /// The daemon's fixed policy (`lend::Fixed`): half of what is free, for
     /// two hours (the daemon's defaults).
@@ -178,6 +194,16 @@ pub enum PredictorKind {
     /// home, fed a window of three steps. Trains every home's models online:
     /// slow at the paper's fleet size, meant for small fleets.
     Lstm,
+    /// Unsold scenario only: the daemon's unsold policy
+    /// [`UnsoldHistogramPolicy`] at its defaults (20% quantile of the
+    /// host's past unsold stretches per group size, two hours without
+    /// history), servers lending groups of four unsold channels.
+    #[serde(rename = "unsold-histogram")]
+    UnsoldHistogram,
+    /// Unsold scenario only: the daemon's [`FixedLifetime`] of two hours, on
+    /// groups of four unsold channels.
+    #[serde(rename = "unsold-fixed")]
+    UnsoldFixed,
 }
 
 impl std::str::FromStr for PredictorKind {
@@ -189,10 +215,75 @@ impl std::str::FromStr for PredictorKind {
             "histogram" => Ok(Self::Histogram),
             "fixed" => Ok(Self::Fixed),
             "lstm" | "predicted" => Ok(Self::Lstm),
+            "unsold-histogram" => Ok(Self::UnsoldHistogram),
+            "unsold-fixed" => Ok(Self::UnsoldFixed),
             _ => Err(FleetError::BadParam(format!(
-                "unknown predictor {s:?} (oracle, last, histogram, fixed, lstm)"
+                "unknown predictor {s:?} (oracle, last, histogram, fixed, lstm; unsold servers also unsold-histogram, unsold-fixed)"
             ))),
         }
+    }
+}
+
+/// The daemon's defaults (`[harvest]` of `control::HarvestSettings`) for the
+/// policies the simulator builds: lend for two hours, the 20% quantile of the
+/// unsold history, 30-minute granules.
+const LEND_FOR: Nanos = 7200 * SEC;
+const UNSOLD_QUANTILE: f64 = 0.2;
+
+/// The policies one run drives, the daemon's harvester's types: what a home
+/// lends ([`LendPolicy`]) and, where servers lend their unsold channels the
+/// way the daemon does, how long those stay unsold ([`UnsoldPolicy`]).
+pub struct Policies {
+    /// What a home lends and for how long.
+    pub lend: Box<dyn LendPolicy>,
+    /// `Some`: each server of the unsold scenario lends its unsold channels as
+    /// one group through [`lend::plan_unsold`] with this policy (the daemon's
+    /// `unsold_policy`), and `lend` is not asked. `None`: servers lend through
+    /// `lend` like homes.
+    pub unsold: Option<Box<dyn UnsoldPolicy>>,
+    /// The name in reports.
+    pub name: String,
+}
+
+impl std::fmt::Debug for Policies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policies")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl Policies {
+    /// Homes lend through `lend`.
+    pub fn lending(lend: Box<dyn LendPolicy>) -> Self {
+        let name = lend.name().to_string();
+        Self {
+            lend,
+            unsold: None,
+            name,
+        }
+    }
+
+    /// Unsold channels lend through `unsold`, reported as `name`.
+    pub fn unsold(unsold: Box<dyn UnsoldPolicy>, name: &str) -> Self {
+        Self {
+            lend: Box::new(NoLend),
+            unsold: Some(unsold),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// Lends nothing: the home side of a run where only unsold channels lend.
+struct NoLend;
+
+impl LendPolicy for NoLend {
+    fn name(&self) -> &str {
+        "none"
+    }
+
+    fn offer(&mut self, _now: Nanos, _home: &Lendable<'_>) -> Option<lend::Offer> {
+        None
     }
 }
 
@@ -515,10 +606,37 @@ impl Fleet {
         self.warmup + self.steps
     }
 
-    /// A built-in predictor for a scenario's homes.
-    pub fn predictor(&self, kind: PredictorKind, s: Scenario) -> Box<dyn LendPolicy> {
-        let g = self.cfg.harvest_cfg.duration_granule();
-        match kind {
+    /// The built-in policies of `kind` for a scenario's homes; the daemon's
+    /// unsold policies (`unsold-histogram`, `unsold-fixed`) only for unsold
+    /// servers.
+    pub fn predictor(&self, kind: PredictorKind, s: Scenario) -> Result<Policies, FleetError> {
+        let hc = &self.cfg.harvest_cfg;
+        match (kind, s) {
+            (PredictorKind::UnsoldHistogram | PredictorKind::UnsoldFixed, Scenario::Sold) => {
+                return Err(FleetError::BadParam(
+                    "unsold-histogram and unsold-fixed decide how long unsold channels stay unsold: give them to --unsold-predictor".into(),
+                ))
+            }
+            (PredictorKind::UnsoldHistogram, Scenario::Unsold) => {
+                return Ok(Policies::unsold(
+                    Box::new(UnsoldHistogramPolicy::new(
+                        hc.duration_granule_s,
+                        UNSOLD_QUANTILE,
+                        LEND_FOR,
+                    )),
+                    "unsold-histogram",
+                ))
+            }
+            (PredictorKind::UnsoldFixed, Scenario::Unsold) => {
+                return Ok(Policies::unsold(
+                    Box::new(FixedLifetime::new(LEND_FOR)),
+                    "unsold-fixed",
+                ))
+            }
+            _ => {}
+        }
+        let g = hc.duration_granule();
+        Ok(Policies::lending(match kind {
             PredictorKind::Oracle => Box::new(Oracle::new(self.population(s).usage.clone(), g)),
             PredictorKind::Last => Box::new(LastWindow::default()),
             PredictorKind::Histogram => Box::new(Histogram::new(
@@ -526,22 +644,26 @@ impl Fleet {
                 g,
                 SplitMix64::derive(self.cfg.seed, &[4]).next_u64(),
             )),
-            PredictorKind::Fixed => Box::new(lend::Fixed::new(0.5, 7200 * clock::SEC)),
+            PredictorKind::Fixed => Box::new(lend::Fixed::new(0.5, LEND_FOR)),
             PredictorKind::Lstm => Box::new(lend::Predicted::new(
                 predict::PredictorConfig::default(),
                 3 * STEP,
             )),
-        }
+            PredictorKind::UnsoldHistogram | PredictorKind::UnsoldFixed => {
+                unreachable!("matched above")
+            }
+        }))
     }
 
-    /// Runs one scenario with `pred`, calling `progress` once per step.
+    /// Runs one scenario with `pred` on a fresh virtual clock, calling
+    /// `progress` once per step.
     pub fn run(
         &self,
         scenario: Scenario,
-        pred: &mut dyn LendPolicy,
+        pred: &mut Policies,
         progress: &mut dyn FnMut(),
     ) -> Result<ScenarioReport, FleetError> {
-        Run::new(self, scenario).go(pred, progress)
+        Run::new(self, scenario, pred.unsold.is_some()).go(pred, progress)
     }
 }
 
@@ -644,455 +766,4 @@ pub struct ScenarioReport {
     /// Per-SSD averages, for CDFs (not serialised).
     #[serde(skip)]
     pub ssd_averages: UnitAverages,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct HomeState {
-    lent: bool,
-    cap: u64,
-    bw: u32,
-    tenant: u32,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Status {
-    Pending,
-    Running,
-    Done,
-    Evicted,
-    Unserved,
-}
-
-/// Time sums and maxima of [cap before, cap after, bw before, bw after] per unit.
-struct Acc {
-    sum: Vec<[f64; 4]>,
-    max: Vec<[f32; 4]>,
-    samples: usize,
-}
-
-impl Acc {
-    fn new(n: usize) -> Self {
-        Self {
-            sum: vec![[0.0; 4]; n],
-            max: vec![[0.0; 4]; n],
-            samples: 0,
-        }
-    }
-
-    #[inline]
-    fn add(&mut self, i: usize, v: [f32; 4]) {
-        let (s, m) = (&mut self.sum[i], &mut self.max[i]);
-        for k in 0..4 {
-            s[k] += v[k] as f64;
-            m[k] = m[k].max(v[k]);
-        }
-    }
-
-    fn averages(&self) -> UnitAverages {
-        let n = self.samples.max(1) as f64;
-        self.sum
-            .iter()
-            .map(|s| [0, 1, 2, 3].map(|k| (s[k] / n) as f32))
-            .collect()
-    }
-
-    fn stats(&self, dim: usize) -> UtilStats {
-        let avgs = self.averages();
-        let (b, a) = (2 * dim, 2 * dim + 1);
-        let mut st = UtilStats {
-            units: avgs.len(),
-            ..UtilStats::default()
-        };
-        for (i, v) in avgs.iter().enumerate() {
-            let m = &self.max[i];
-            st.avg_before += v[b] as f64;
-            st.avg_after += v[a] as f64;
-            st.max_before += m[b] as f64;
-            st.max_after += m[a] as f64;
-            if v[b] < 0.6 {
-                st.under60_units += 1;
-                st.under60_avg_before += v[b] as f64;
-                st.under60_avg_after += v[a] as f64;
-                st.under60_max_before += m[b] as f64;
-                st.under60_max_after += m[a] as f64;
-            }
-        }
-        let n = st.units.max(1) as f64;
-        st.avg_before /= n;
-        st.avg_after /= n;
-        st.max_before /= n;
-        st.max_after /= n;
-        let u = st.under60_units.max(1) as f64;
-        st.under60_avg_before /= u;
-        st.under60_avg_after /= u;
-        st.under60_max_before /= u;
-        st.under60_max_after /= u;
-        st
-    }
-}
-
-struct Run<'a> {
-    f: &'a Fleet,
-    s: Scenario,
-    pop: &'a Population,
-    cfg: HarvestConfig,
-    pool: GssdPool,
-    homes: Vec<HomeState>,
-    status: Vec<Status>,
-    tenant_gssd: Vec<u32>,
-    c: Counters,
-}
-
-impl<'a> Run<'a> {
-    fn new(f: &'a Fleet, s: Scenario) -> Self {
-        let pop = f.population(s);
-        let cfg = f.cfg.harvest_cfg;
-        Self {
-            f,
-            s,
-            pop,
-            cfg,
-            pool: GssdPool::new(cfg).expect("config validated"),
-            homes: vec![
-                HomeState {
-                    lent: false,
-                    cap: 0,
-                    bw: 0,
-                    tenant: NONE,
-                };
-                pop.homes.len()
-            ],
-            status: vec![Status::Pending; f.tenants.len()],
-            tenant_gssd: vec![NONE; f.tenants.len()],
-            c: Counters::default(),
-        }
-    }
-
-    fn gssd_home(&self, h: usize) -> Option<u64> {
-        // Unsold channels belong to no regular vSSD (Figure 10's home is empty).
-        (self.s == Scenario::Sold).then_some(h as u64)
-    }
-
-    /// Home `h` takes its gSSD back now.
-    fn reclaim(&mut self, h: usize, now: Nanos) -> Result<(), FleetError> {
-        let t = self.homes[h].tenant;
-        if t == NONE {
-            let g = self.pool.remove(h as u64)?;
-            // Past its expiry it is no loss: the refresh timer just has not run yet.
-            if g.expiry <= now {
-                self.c.expired += 1;
-            } else {
-                self.c.reclaimed_unassigned += 1;
-            }
-        } else {
-            let tn = &self.f.tenants[t as usize];
-            let end = tn.arrival + tn.demand.duration;
-            let q = tn.demand.quantized(&self.cfg);
-            let need = Demand {
-                duration: end.saturating_sub(now).max(1),
-                ..q
-            }
-            .quantized(&self.cfg);
-            let r = self.pool.early_reclaim(h as u64, &need, now)?;
-            self.c.reclamations += 1;
-            match r.action {
-                ReclaimAction::Migrate { to } => {
-                    self.c.migrations += 1;
-                    self.tenant_gssd[t as usize] = to as u32;
-                    self.homes[to as usize].tenant = t;
-                }
-                _ => {
-                    self.c.exceptions += 1;
-                    self.status[t as usize] = Status::Evicted;
-                    self.tenant_gssd[t as usize] = NONE;
-                }
-            }
-        }
-        self.homes[h] = HomeState {
-            lent: false,
-            cap: 0,
-            bw: 0,
-            tenant: NONE,
-        };
-        Ok(())
-    }
-
-    fn end_job(&mut self, t: usize, now: Nanos) -> Result<(), FleetError> {
-        if self.status[t] != Status::Running {
-            return Ok(());
-        }
-        let g = self.tenant_gssd[t] as usize;
-        let r = self.pool.release(g as u64, t as u64, now)?;
-        self.status[t] = Status::Done;
-        self.tenant_gssd[t] = NONE;
-        self.c.completed += 1;
-        if r.action == ReclaimAction::ReturnToPool {
-            self.c.returned_to_pool += 1;
-            self.homes[g].tenant = NONE;
-        } else {
-            self.c.erased_on_release += 1;
-            self.homes[g] = HomeState {
-                lent: false,
-                cap: 0,
-                bw: 0,
-                tenant: NONE,
-            };
-        }
-        Ok(())
-    }
-
-    fn arrive(
-        &mut self,
-        t: usize,
-        now: Nanos,
-        ends: &mut BinaryHeap<Reverse<(Nanos, u32)>>,
-    ) -> Result<(), FleetError> {
-        let tn = self.f.tenants[t];
-        self.c.requests += 1;
-        let q = tn.demand.quantized(&self.cfg);
-        match self.pool.harvest(t as u64, &q, now)? {
-            Some(g) => {
-                self.c.served += 1;
-                self.status[t] = Status::Running;
-                self.tenant_gssd[t] = g.id as u32;
-                self.homes[g.id as usize].tenant = t as u32;
-                ends.push(Reverse((now + tn.demand.duration, t as u32)));
-                let granted = Resources {
-                    capacity: g.capacity,
-                    bandwidth: g.bandwidth,
-                    duration: g.expiry - now,
-                };
-                if let Some((b, c)) = classify(granted, granted, tn.demand.into()).waste {
-                    self.c.waste_blocks += b;
-                    self.c.waste_channels += c as u64;
-                }
-            }
-            None => {
-                self.c.unserved += 1;
-                self.status[t] = Status::Unserved;
-            }
-        }
-        Ok(())
-    }
-
-    fn go(
-        mut self,
-        pred: &mut dyn LendPolicy,
-        progress: &mut dyn FnMut(),
-    ) -> Result<ScenarioReport, FleetError> {
-        let pop = self.pop;
-        let usage = &*pop.usage;
-        let n = usage.steps;
-        let warmup = self.f.warmup;
-        let nh = pop.homes.len();
-        let mut vm = Acc::new(nh);
-        let mut ssd = Acc::new(pop.hosts);
-        let mut host_sum = vec![[0f64; 6]; pop.hosts];
-        let mut timer = RefreshTimer::new(warmup as Nanos * STEP, self.cfg.refresh_interval());
-        let mut ends: BinaryHeap<Reverse<(Nanos, u32)>> = BinaryHeap::new();
-        let mut next = 0usize;
-        let tenants = &self.f.tenants;
-        let sold = self.s == Scenario::Sold;
-        let chunk = self.cfg.chunk_blocks;
-        let mut samples: Vec<HomeSample> = Vec::with_capacity(nh);
-        let mut free: Vec<(u32, u32)> = Vec::new();
-        for step in 0..n {
-            let now = step as Nanos * STEP;
-            samples.clear();
-            samples.extend((0..nh).map(|h| {
-                let o = h * n + step;
-                let home = pop.homes[h];
-                let (c, b) = (u32::from(usage.channels[o]), u64::from(usage.blocks[o]));
-                HomeSample {
-                    home: h as u64,
-                    channels: home.channels,
-                    blocks: home.blocks,
-                    used_channels: c,
-                    used_blocks: b,
-                    bw: c as f32 / home.channels.max(1) as f32,
-                    iops: c as f32 / home.channels.max(1) as f32,
-                    util: b as f32 / home.blocks.max(1) as f32,
-                }
-            }));
-            pred.observe(now, &samples)
-                .map_err(|e| FleetError::BadParam(format!("predictor {}: {e}", pred.name())))?;
-            if step < warmup {
-                progress();
-                continue;
-            }
-            // 2. early reclamation on real usage
-            for h in 0..nh {
-                let st = self.homes[h];
-                if st.lent {
-                    let o = h * n + step;
-                    let home = pop.homes[h];
-                    if usage.channels[o] as u32 + st.bw > home.channels
-                        || usage.blocks[o] as u64 + st.cap > home.blocks
-                    {
-                        self.reclaim(h, now)?;
-                    }
-                }
-            }
-            // 3. refresh timer
-            if timer.fire(now) {
-                let rep = self.pool.refresh(now, &[]);
-                for g in rep.dropped {
-                    self.c.expired += 1;
-                    self.homes[g.id as usize].lent = false;
-                    self.homes[g.id as usize].cap = 0;
-                    self.homes[g.id as usize].bw = 0;
-                }
-                for id in rep.expired_in_use {
-                    self.reclaim(id as usize, now)?;
-                }
-            }
-            // 4. predictions and gSSD creation
-            for h in 0..nh {
-                if self.homes[h].lent {
-                    continue;
-                }
-                let home = pop.homes[h];
-                let o = h * n + step;
-                // What is free now, spread over the free channels, for
-                // policies that lend out of the present (the daemon's).
-                let (fc, fb) = (
-                    home.channels.saturating_sub(u32::from(usage.channels[o])),
-                    home.blocks.saturating_sub(u64::from(usage.blocks[o])),
-                );
-                free.clear();
-                free.extend((0..fc).map(|c| {
-                    (
-                        c,
-                        (fb / u64::from(fc.max(1))).min(u64::from(u32::MAX)) as u32,
-                    )
-                }));
-                let ask = Lendable {
-                    home: h as u64,
-                    channels: home.channels,
-                    blocks: home.blocks,
-                    extent_blocks: (home.blocks / u64::from(home.channels.max(1))) as u32,
-                    units: 1,
-                    chunk_blocks: chunk,
-                    per_channel: &free,
-                };
-                let Some(p) = pred.offer(now, &ask) else {
-                    continue;
-                };
-                let Some((cap, bw, lasts)) = self.cfg.harvestable(p.blocks, p.channels, p.lasts)
-                else {
-                    continue;
-                };
-                // A predictor may not lend what is in use right now.
-                let cap = cap.min((home.blocks - usage.blocks[o] as u64) / chunk * chunk);
-                let bw = bw.min(home.channels - usage.channels[o] as u32);
-                if cap == 0 || bw == 0 {
-                    continue;
-                }
-                let g = Gssd::new(&self.cfg, h as u64, self.gssd_home(h), cap, bw, now, lasts)?;
-                self.pool.insert(g)?;
-                self.c.gssds_created += 1;
-                self.homes[h] = HomeState {
-                    lent: true,
-                    cap,
-                    bw,
-                    tenant: NONE,
-                };
-            }
-            // 5. events inside the step, in time order (ends before arrivals at a tie)
-            let until = now + STEP;
-            loop {
-                let te = ends.peek().map_or(Nanos::MAX, |e| e.0 .0);
-                let ta = tenants.get(next).map_or(Nanos::MAX, |t| t.arrival);
-                let t = te.min(ta);
-                if t >= until {
-                    break;
-                }
-                if te <= ta {
-                    let Reverse((at, id)) = ends.pop().expect("peeked");
-                    self.end_job(id as usize, at)?;
-                } else {
-                    self.arrive(next, ta, &mut ends)?;
-                    next += 1;
-                }
-            }
-            // 6. utilisation
-            for hs in host_sum.iter_mut() {
-                *hs = [0.0; 6];
-            }
-            for h in 0..nh {
-                let home = pop.homes[h];
-                let o = h * n + step;
-                let st = self.homes[h];
-                let used_b = usage.blocks[o] as u64;
-                if st.lent
-                    && (used_b + st.cap > home.blocks
-                        || usage.channels[o] as u32 + st.bw > home.channels)
-                {
-                    self.c.invariant_violations += 1;
-                }
-                let (tc, tb) = if st.tenant != NONE {
-                    let tn = &tenants[st.tenant as usize];
-                    let i = if sold { tn.intensity } else { 1.0 };
-                    (
-                        tn.demand.capacity as f64,
-                        tn.demand.bandwidth as f64 * i as f64,
-                    )
-                } else {
-                    (0.0, 0.0)
-                };
-                let bw_b = pop.bw_bp[o] as f64 / 10_000.0 * home.channels as f64;
-                let hb = home.blocks as f64;
-                let hc = home.channels as f64;
-                vm.add(
-                    h,
-                    [
-                        (used_b as f64 / hb) as f32,
-                        ((used_b as f64 + tc) / hb) as f32,
-                        (bw_b / hc) as f32,
-                        ((bw_b + tb) / hc) as f32,
-                    ],
-                );
-                let hs = &mut host_sum[home.host as usize];
-                hs[0] += used_b as f64;
-                hs[1] += used_b as f64 + tc;
-                hs[2] += hb;
-                hs[3] += bw_b;
-                hs[4] += bw_b + tb;
-                hs[5] += hc;
-            }
-            vm.samples += 1;
-            for (i, hs) in host_sum.iter().enumerate() {
-                ssd.add(
-                    i,
-                    [
-                        (hs[0] / hs[2]) as f32,
-                        (hs[1] / hs[2]) as f32,
-                        (hs[3] / hs[5]) as f32,
-                        (hs[4] / hs[5]) as f32,
-                    ],
-                );
-            }
-            ssd.samples += 1;
-            progress();
-        }
-        self.c.running_at_end = self
-            .status
-            .iter()
-            .filter(|&&s| s == Status::Running)
-            .count() as u64;
-        self.c.live_at_end = self.pool.len() as u64;
-        Ok(ScenarioReport {
-            scenario: self.s,
-            predictor: pred.name().to_string(),
-            homes: nh,
-            ssds: pop.hosts,
-            vm_capacity: vm.stats(0),
-            vm_bandwidth: vm.stats(1),
-            ssd_capacity: ssd.stats(0),
-            ssd_bandwidth: ssd.stats(1),
-            counters: self.c,
-            vm_averages: vm.averages(),
-            ssd_averages: ssd.averages(),
-        })
-    }
 }

@@ -94,9 +94,9 @@ fn every_predictor_runs_and_conserves() {
             PredictorKind::Last,
             PredictorKind::Histogram,
         ] {
-            let mut p = f.predictor(k, s);
+            let mut p = f.predictor(k, s).unwrap();
             let mut ticks = 0;
-            let r = f.run(s, p.as_mut(), &mut || ticks += 1).unwrap();
+            let r = f.run(s, &mut p, &mut || ticks += 1).unwrap();
             assert_eq!(ticks, f.total_steps());
             check(&r);
             assert!(r.counters.served > 0, "{s:?} {k:?}: {:?}", r.counters);
@@ -109,11 +109,27 @@ fn every_predictor_runs_and_conserves() {
 }
 
 #[test]
+fn the_daemons_unsold_policies_run_on_unsold_servers_only() {
+    let f = Fleet::build(&small(1), &inputs(1)).unwrap();
+    for k in [PredictorKind::UnsoldHistogram, PredictorKind::UnsoldFixed] {
+        assert!(f.predictor(k, Scenario::Sold).is_err(), "{k:?}");
+        let mut p = f.predictor(k, Scenario::Unsold).unwrap();
+        let r = f.run(Scenario::Unsold, &mut p, &mut || {}).unwrap();
+        check(&r);
+        assert!(r.counters.gssds_created > 0, "{k:?}: {:?}", r.counters);
+    }
+    assert_eq!(
+        "unsold-histogram".parse::<PredictorKind>().unwrap(),
+        PredictorKind::UnsoldHistogram
+    );
+}
+
+#[test]
 fn runs_are_deterministic_and_seeded() {
     let run = |seed| {
         let f = Fleet::build(&small(seed), &inputs(1)).unwrap();
-        let mut p = f.predictor(PredictorKind::Last, Scenario::Sold);
-        f.run(Scenario::Sold, p.as_mut(), &mut || {}).unwrap()
+        let mut p = f.predictor(PredictorKind::Last, Scenario::Sold).unwrap();
+        f.run(Scenario::Sold, &mut p, &mut || {}).unwrap()
     };
     assert_eq!(run(3), run(3));
     assert_ne!(run(3).counters, run(4).counters);
@@ -157,21 +173,23 @@ proptest! {
     /// and tenant is accounted for, whatever the seed, sizes and predictor.
     #[test]
     fn conservation(seed in 0u64..1000, regular in 1usize..30, harvest in 0usize..300,
-                    hosts in 0usize..10, k in 0usize..4, margin in 0.0f64..0.3) {
+                    hosts in 0usize..10, k in 0usize..5, margin in 0.0f64..0.3) {
         let cfg = FleetConfig { regular, harvest, unsold_hosts: hosts, hours: 12, warmup_hours: 2, seed, ..FleetConfig::default() };
         let f = Fleet::build(&cfg, &inputs(seed)).unwrap();
         for s in [Scenario::Sold, Scenario::Unsold] {
-            let mut p: Box<dyn lend::LendPolicy> = match k {
-                0 => f.predictor(PredictorKind::Oracle, s),
+            let mut p = match k {
+                0 => f.predictor(PredictorKind::Oracle, s).unwrap(),
                 1 => {
                     let mut l = LastWindow::default();
                     l.margin = margin;
-                    Box::new(l)
+                    Policies::lending(Box::new(l))
                 }
-                2 => f.predictor(PredictorKind::Fixed, s),
-                _ => f.predictor(PredictorKind::Histogram, s),
+                2 => f.predictor(PredictorKind::Fixed, s).unwrap(),
+                3 => f.predictor(PredictorKind::Histogram, s).unwrap(),
+                _ if s == Scenario::Unsold => f.predictor(PredictorKind::UnsoldHistogram, s).unwrap(),
+                _ => f.predictor(PredictorKind::Fixed, s).unwrap(),
             };
-            let r = f.run(s, p.as_mut(), &mut || {}).unwrap();
+            let r = f.run(s, &mut p, &mut || {}).unwrap();
             check(&r);
         }
     }

@@ -23,14 +23,25 @@
 //!
 //! The fleet simulator adds its own baselines (an oracle, last window, the
 //! fleet-wide histogram) as implementations of the same trait.
+//!
+//! # Decisions
+//!
+//! What a policy's answer becomes is decided once too, in [`plan_lend`] (an
+//! idle home's gSSD: even over its units, whole chunks, at least a granule),
+//! [`plan_unsold`] (a group of unsold channels), [`expiry_updates`] (the
+//! refresh) and [`Cooling`] (who may not lend yet): the daemon's harvester
+//! and the simulator call the same code between their policies and their gSSD
+//! pools (`harvest::GssdPool`).
 
 use clock::Nanos;
 
 mod fixed;
+mod plan;
 mod predicted;
 mod unsold;
 
 pub use fixed::{Fixed, FixedLifetime};
+pub use plan::{expiry_updates, plan_lend, plan_unsold, Cooling, LendPlan, Lender};
 pub use predicted::Predicted;
 pub use unsold::UnsoldHistogramPolicy;
 

@@ -20,8 +20,10 @@ pub struct UnsoldHistogramPolicy {
     quantile: f64,
     fallback: Nanos,
     granule: Nanos,
-    /// Since when each (device, channel) has been unsold.
-    since: BTreeMap<(String, u32), Nanos>,
+    /// Per device, since when each channel has been unsold (keyed by device
+    /// first so that a lookup allocates nothing: the simulator asks for
+    /// thousands of servers every refresh).
+    since: BTreeMap<String, BTreeMap<u32, Nanos>>,
 }
 
 impl UnsoldHistogramPolicy {
@@ -40,10 +42,13 @@ impl UnsoldHistogramPolicy {
 
 impl UnsoldPolicy for UnsoldHistogramPolicy {
     fn lifetime(&mut self, now: Nanos, device: &str, channels: &[u32]) -> Nanos {
+        if !self.since.contains_key(device) {
+            self.since.insert(device.to_string(), BTreeMap::new());
+        }
+        let since = self.since.get_mut(device).expect("inserted");
         let mut first = now;
         for &c in channels {
-            let t = *self.since.entry((device.to_string(), c)).or_insert(now);
-            first = first.min(t);
+            first = first.min(*since.entry(c).or_insert(now));
         }
         let class = channels.len() as u64;
         match self.hist.predict(class, self.quantile) {
@@ -55,9 +60,12 @@ impl UnsoldPolicy for UnsoldHistogramPolicy {
     }
 
     fn sold(&mut self, now: Nanos, device: &str, channels: &[u32]) {
+        let Some(since) = self.since.get_mut(device) else {
+            return;
+        };
         let mut first: Option<Nanos> = None;
         for &c in channels {
-            if let Some(t) = self.since.remove(&(device.to_string(), c)) {
+            if let Some(t) = since.remove(&c) {
                 first = Some(first.map_or(t, |f| f.min(t)));
             }
         }

@@ -15,7 +15,10 @@ use clock::{Nanos, SEC};
 #[derive(Debug, Clone)]
 pub struct UnsoldHistogram {
     bucket: Nanos,
-    classes: BTreeMap<u64, BTreeMap<u64, u64>>,
+    /// Per class: (observations, count per bucket). The total is kept so that
+    /// a prediction walks the buckets once (the fleet simulator asks for
+    /// thousands of homes every step).
+    classes: BTreeMap<u64, (u64, BTreeMap<u64, u64>)>,
 }
 
 impl UnsoldHistogram {
@@ -31,25 +34,22 @@ impl UnsoldHistogram {
     /// for `available` nanoseconds. Durations are rounded down to a bucket.
     pub fn record(&mut self, capacity: u64, available: Nanos) {
         let b = available / self.bucket;
-        *self
-            .classes
-            .entry(capacity)
-            .or_default()
-            .entry(b)
-            .or_default() += 1;
+        let (total, h) = self.classes.entry(capacity).or_default();
+        *total += 1;
+        *h.entry(b).or_default() += 1;
     }
 
     /// Observations recorded for `capacity`.
     pub fn count(&self, capacity: u64) -> u64 {
-        self.classes.get(&capacity).map_or(0, |h| h.values().sum())
+        self.classes.get(&capacity).map_or(0, |h| h.0)
     }
 
     /// The available time at quantile `q` (0..=1) of the history of `capacity`:
     /// a fraction `q` of past unsold vSSDs of this size lasted less than this. `None`
     /// without history for the class.
     pub fn predict(&self, capacity: u64, q: f64) -> Option<Nanos> {
-        let h = self.classes.get(&capacity)?;
-        let total: u64 = h.values().sum();
+        let (total, h) = self.classes.get(&capacity)?;
+        let total = *total;
         let want = ((q.clamp(0.0, 1.0) * total as f64).floor() as u64).min(total - 1);
         let mut seen = 0;
         for (&b, &n) in h {
@@ -64,10 +64,10 @@ impl UnsoldHistogram {
     /// The distribution of available times of `capacity`: (duration, share) pairs,
     /// shortest first, shares summing to 1. Empty without history.
     pub fn shares(&self, capacity: u64) -> Vec<(Nanos, f64)> {
-        let Some(h) = self.classes.get(&capacity) else {
+        let Some((total, h)) = self.classes.get(&capacity) else {
             return Vec::new();
         };
-        let total: u64 = h.values().sum();
+        let total = *total;
         h.iter()
             .map(|(&b, &n)| (b * self.bucket, n as f64 / total as f64))
             .collect()

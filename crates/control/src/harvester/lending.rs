@@ -11,6 +11,7 @@ use super::Lendable;
 use super::{GhostRt, HarvestHost, Harvester, HomeView};
 use crate::store::GhostMeta;
 use crate::Result;
+use lend::Lender;
 
 impl Harvester {
     /// Refreshes the expiries of pooled gSSDs (every `refresh_s`): unassigned
@@ -46,30 +47,30 @@ impl Harvester {
                     .map(|(id, rt)| (id, rt.home.clone(), super::channels_of(&rt.extents)))
                     .collect()
             };
-            let mut updates: Vec<(GssdId, Nanos)> = Vec::new();
-            {
+            let cfg = *self.lock().pool(&device).config();
+            let updates = {
                 let mut rt = self.policy.lock();
                 let mut unsold = self.unsold.lock();
-                for (id, home, channels) in lent {
-                    let t = match home {
-                        Some(h) => id_of(&h).and_then(|k| rt.policy.expiry(now, k)),
-                        None => Some(now.saturating_add(unsold.lifetime(now, &device, &channels))),
-                    };
-                    if let Some(t) = t {
-                        updates.push((id, t));
-                    }
-                }
-            }
-            let report = {
-                let mut st = self.lock();
-                let pool = st.pool(&device);
-                let g = pool.config().duration_granule();
-                let updates: Vec<(GssdId, Nanos)> = updates
-                    .into_iter()
-                    .map(|(id, t)| (id, now + (t.max(now) - now) / g * g))
-                    .collect();
-                pool.refresh(now, &updates)
+                lend::expiry_updates(
+                    rt.policy.as_mut(),
+                    unsold.as_mut(),
+                    now,
+                    cfg.duration_granule(),
+                    lent.iter().filter_map(|(id, home, channels)| {
+                        Some((
+                            *id,
+                            match home {
+                                Some(h) => Lender::Home(id_of(h)?),
+                                None => Lender::Unsold {
+                                    device: &device,
+                                    channels,
+                                },
+                            },
+                        ))
+                    }),
+                )
             };
+            let report = self.lock().pool(&device).refresh(now, &updates);
             for g in report.dropped {
                 self.emit(
                     HarvestEventKind::Expired,
@@ -155,9 +156,9 @@ impl Harvester {
         let granule = self.settings.granule_s.saturating_mul(SEC);
         let (lending, cooling) = {
             let mut st = self.lock();
-            st.cooling.retain(|_, t| now < t.saturating_add(granule));
+            st.cooling.expire(now, granule);
             let lending: Vec<String> = st.gssds.values().filter_map(|g| g.home.clone()).collect();
-            (lending, st.cooling.keys().cloned().collect::<Vec<_>>())
+            (lending, st.cooling.homes().cloned().collect::<Vec<_>>())
         };
         let devices = host.devices();
         let homes: Vec<HomeView> = host
@@ -191,28 +192,24 @@ impl Harvester {
                 chunk_blocks: cfg.chunk_blocks,
                 per_channel: &lendable,
             };
-            let Some(offer) = self.policy.lock().policy.offer(now, &what) else {
+            let Some(plan) =
+                lend::plan_lend(self.policy.lock().policy.as_mut(), now, &what, granule)
+            else {
                 continue;
             };
-            let n = (offer.channels as usize).min(lendable.len());
-            let chans: Vec<u32> = lendable[..n].iter().map(|&(c, _)| c).collect();
-            let k = units * chans.len() as u64;
-            // Largest per-plane count whose total is whole chunks.
-            let mut b = what.per_unit(offer.channels, offer.blocks);
-            while b > 0 && !(b * k).is_multiple_of(cfg.chunk_blocks) {
-                b -= 1;
-            }
-            if b == 0 || chans.is_empty() || offer.lasts < granule {
-                continue;
-            }
+            let chans: Vec<u32> = lendable[..plan.channels as usize]
+                .iter()
+                .map(|&(c, _)| c)
+                .collect();
+            let (b, lasts) = (plan.per_unit, plan.lasts);
             let extents = host.lend(&home.name, &chans, b as u32)?;
             match self.create_ghost(
                 host,
                 &home.device,
                 extents.clone(),
                 Some(&home),
-                b * k,
-                offer.lasts,
+                plan.capacity,
+                lasts,
             ) {
                 Ok(id) => self.emit(
                     HarvestEventKind::Created,
@@ -221,7 +218,7 @@ impl Harvester {
                     Some(&home.name),
                     format!(
                         "gSSD {id}: {} blocks on channels {} lent by {}",
-                        b * k,
+                        plan.capacity,
                         crate::channel_list(&chans),
                         home.name
                     ),
@@ -240,12 +237,16 @@ impl Harvester {
                         .iter()
                         .map(|&c| Extent::whole_channel(&d.geometry, c))
                         .collect();
-                    let blocks = u64::from(d.geometry.blocks_per_channel()) * group.len() as u64;
-                    let cap = blocks / cfg.chunk_blocks * cfg.chunk_blocks;
-                    if cap == 0 {
+                    let Some((cap, lasts)) = lend::plan_unsold(
+                        self.unsold.lock().as_mut(),
+                        now,
+                        &d.name,
+                        group,
+                        u64::from(d.geometry.blocks_per_channel()),
+                        cfg.chunk_blocks,
+                    ) else {
                         continue;
-                    }
-                    let lasts = self.unsold.lock().lifetime(now, &d.name, group);
+                    };
                     let id = self.create_ghost(host, &d.name, extents, None, cap, lasts)?;
                     self.emit(
                         HarvestEventKind::Created,

@@ -239,7 +239,7 @@ struct HarvestState {
     /// Homes that took their flash back early, and when: they lend nothing
     /// again for one duration granule (so a busy tenant is not harvested again
     /// the moment it got its blocks back).
-    cooling: BTreeMap<String, Nanos>,
+    cooling: lend::Cooling<String>,
     /// The policy's latest predictions, published after each observation so
     /// that `harvest status` never waits on training.
     predictions: BTreeMap<String, PredictionInfo>,

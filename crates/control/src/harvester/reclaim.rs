@@ -373,7 +373,7 @@ impl Harvester {
                 .filter(|(_, h)| needy.contains(h))
                 .collect();
             for (_, home) in &ids {
-                st.cooling.insert(home.clone(), now);
+                st.cooling.took_back(home.clone(), now);
             }
             ids.into_iter().map(|(id, _)| id).collect()
         };
