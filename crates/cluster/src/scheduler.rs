@@ -588,6 +588,7 @@ impl Scheduler {
 
     /// Places and books a new vSSD (active scheduler only).
     pub async fn create(&self, req: &CreateRequest) -> Result<VssdStatus, ClusterError> {
+        self.await_leader().await;
         if !self.is_active() {
             return Err(self.not_leader());
         }
@@ -1183,8 +1184,19 @@ impl Scheduler {
         })
     }
 
+    /// While nobody leads (at start, or between a leader's death and the
+    /// next election), waits up to one lease TTL for someone to, so that a
+    /// request is served or forwarded rather than refused.
+    async fn await_leader(&self) {
+        let until = tokio::time::Instant::now() + self.cfg.ttl + Duration::from_secs(1);
+        while !self.is_active() && self.leader().is_none() && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Deletes a fleet vSSD and frees its booking (active scheduler only).
     pub async fn delete(&self, name: &str) -> Result<(), ClusterError> {
+        self.await_leader().await;
         if !self.is_active() {
             return Err(self.not_leader());
         }
