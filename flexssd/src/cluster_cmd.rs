@@ -372,6 +372,39 @@ pub fn delete(cluster_url: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Fleet-wide `gssd list`.
+pub fn gssds(cluster_url: &str, as_json: bool) -> Result<()> {
+    let l: Vec<cluster::scheduler::FleetGssd> = Client::new(cluster_url).get("/v1/gssds")?;
+    if as_json {
+        return crate::client::json(&l);
+    }
+    let rows: Vec<Vec<String>> = l
+        .iter()
+        .map(|g| {
+            vec![
+                g.host.clone(),
+                g.gssd.id.to_string(),
+                format_size(g.gssd.capacity_bytes),
+                g.gssd.bandwidth.to_string(),
+                format!("{} s", g.gssd.expiry_s),
+                if g.gssd.in_use { "yes" } else { "no" }.into(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "HOST",
+            "GSSD",
+            "CAPACITY",
+            "CHANNELS",
+            "EXPIRES AT",
+            "IN USE",
+        ],
+        &rows,
+    );
+    Ok(())
+}
+
 /// Fleet-wide `events`.
 pub fn events(cluster_url: &str, limit: usize, as_json: bool) -> Result<()> {
     let l: Vec<FleetEvent> = Client::new(cluster_url).get(&format!("/v1/events?limit={limit}"))?;
@@ -487,6 +520,14 @@ async fn forward(
         .into_response(),
         Err(e) => FleetError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
+}
+
+async fn h_gssds(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<cluster::scheduler::FleetGssd>>, FleetError> {
+    check_token(&st, &headers)?;
+    Ok(Json(st.sched.gssds()))
 }
 
 async fn h_status(
@@ -682,6 +723,7 @@ fn serve(a: &ServeArgs) -> Result<()> {
             .route("/v1/vssds", get(h_list).post(h_create))
             .route("/v1/vssds/:name", get(h_show).delete(h_delete))
             .route("/v1/events", get(h_events))
+            .route("/v1/gssds", get(h_gssds))
             .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
             .with_state(st);
         info!(id = %a.id, "fleet API listening on http://{}", a.listen);

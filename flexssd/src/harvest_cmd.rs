@@ -78,6 +78,15 @@ pub struct GssdArgs {
     cmd: GssdCmd,
 }
 
+impl GssdArgs {
+    /// Whether JSON output was asked for.
+    pub fn json(&self) -> bool {
+        match self.cmd {
+            GssdCmd::List { json } => json,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum GssdCmd {
     /// List gSSDs: capacity, bandwidth, expiry, in use, tenant, home.

@@ -279,6 +279,9 @@ fn fleet_vssd(url: &str, cmd: &VssdCmd) -> anyhow::Result<()> {
             if *role != control::TenantRole::Regular {
                 anyhow::bail!("with --cluster only regular vSSDs can be created; harvest tenants ask with `harvest request` on the host");
             }
+            if sla.weight.is_some() || sla.burst {
+                anyhow::bail!("--sla-weight and --sla-burst are not available with --cluster (the fleet places by curve and percentile); set them on the host afterwards with `flexssd --api URL sla set`");
+            }
             let sla = match (&sla.curve, percentile) {
                 (Some(c), Some(p)) => Some(sla::placement::TenantSla {
                     curve: sla_cmd::parse_curve(c)?,
@@ -345,8 +348,14 @@ fn main() -> ExitCode {
         Command::Tier(a) => tier_cmd::run(a, &api_url(&a.client)),
         Command::Elastic(a) => elastic_cmd::run(a, a.api.as_deref().unwrap_or(&cli.api)),
         Command::Sim(SimCmd::Elastic(a)) => elastic_cmd::sim(a),
+        Command::Harvest(_) if cli.cluster.is_some() => Err(anyhow::anyhow!(
+            "harvest requests are not fleet-wide yet: `flexssd --cluster URL gssd list` shows every host's gSSDs; send the request to that host's API (`flexssd --api URL harvest request ...`, the URL from `cluster hosts --json`)"
+        )),
         Command::Harvest(a) => harvest_cmd::harvest(a, &api_url(&a.client)),
-        Command::Gssd(a) => harvest_cmd::gssd(a, &api_url(&a.client)),
+        Command::Gssd(a) => match &cli.cluster {
+            Some(url) => cluster_cmd::gssds(url, a.json()),
+            None => harvest_cmd::gssd(a, &api_url(&a.client)),
+        },
         Command::Events(a) => match &cli.cluster {
             Some(url) => cluster_cmd::events(url, 1000, a.json),
             None => harvest_cmd::events(a, &api_url(&a.client)),

@@ -105,6 +105,16 @@ pub async fn get_prefix(
     client: &mut Client,
     prefix: &str,
 ) -> Result<Vec<etcd_client::KeyValue>, ClusterError> {
+    Ok(get_prefix_at(client, prefix, 0).await?.0)
+}
+
+/// Like [`get_prefix`] at revision `rev` (0: the latest), returning the
+/// revision read, so that several prefixes can be read as one snapshot.
+pub async fn get_prefix_at(
+    client: &mut Client,
+    prefix: &str,
+    mut rev: i64,
+) -> Result<(Vec<etcd_client::KeyValue>, i64), ClusterError> {
     const PAGE: i64 = 2000;
     let mut end = prefix.as_bytes().to_vec();
     // The range end of a prefix: its last byte plus one ('/' + 1 = '0').
@@ -113,7 +123,6 @@ pub async fn get_prefix(
     }
     let mut out = Vec::new();
     let mut from = prefix.as_bytes().to_vec();
-    let mut rev = 0;
     loop {
         let mut opts = etcd_client::GetOptions::new()
             .with_range(end.clone())
@@ -134,7 +143,7 @@ pub async fn get_prefix(
         }
         out.extend(kvs.iter().cloned());
         if !more || kvs.is_empty() {
-            return Ok(out);
+            return Ok((out, rev));
         }
     }
 }

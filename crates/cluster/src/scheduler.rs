@@ -121,6 +121,18 @@ pub struct HostStatus {
     pub total_channels: u32,
 }
 
+/// A gSSD of the fleet-wide pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetGssd {
+    /// The host lending it.
+    pub host: String,
+    /// That host's NBD address.
+    pub nbd: String,
+    /// Its <capacity, bandwidth, expiry>.
+    #[serde(flatten)]
+    pub gssd: crate::keys::GssdSummary,
+}
+
 /// `cluster status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FleetStatus {
@@ -148,6 +160,15 @@ pub struct FleetStatus {
 struct View {
     hosts: BTreeMap<String, (HostRecord, i64)>,
     allocs: BTreeMap<(String, String), (DeviceAlloc, i64)>,
+    /// Devices whose allocation does not parse: never placed on (their
+    /// bookings are unknown) until someone fixes the value.
+    bad: BTreeSet<(String, String)>,
+}
+
+impl View {
+    fn usable(&self, host: &str, device: &str) -> bool {
+        self.bad.is_empty() || !self.bad.contains(&(host.to_string(), device.to_string()))
+    }
 }
 
 impl View {
@@ -178,13 +199,19 @@ impl View {
         let id = (host.to_string(), dev.to_string());
         match value {
             None => {
+                self.bad.remove(&id);
                 self.allocs.remove(&id);
             }
             Some((v, rev)) => match decode::<DeviceAlloc>(key, v) {
                 Ok(a) => {
+                    self.bad.remove(&id);
                     self.allocs.insert(id, (a, rev));
                 }
-                Err(e) => warn!(error = %e, "refusing an allocation; the device is not placed on"),
+                Err(e) => {
+                    warn!(error = %e, "refusing an allocation; the device is not placed on until it is fixed");
+                    self.allocs.remove(&id);
+                    self.bad.insert(id);
+                }
             },
         }
     }
@@ -289,21 +316,13 @@ impl Scheduler {
 
     async fn load(&self) -> Result<i64, ClusterError> {
         let mut c = self.client.clone();
-        let hosts = c
-            .get(self.keys.hosts(), Some(GetOptions::new().with_prefix()))
-            .await?;
-        let rev = hosts.header().map(|h| h.revision()).unwrap_or(0);
-        let allocs = c
-            .get(
-                self.keys.allocs(),
-                Some(GetOptions::new().with_prefix().with_revision(rev)),
-            )
-            .await?;
+        let (hosts, rev) = etcd::get_prefix_at(&mut c, &self.keys.hosts(), 0).await?;
+        let (allocs, _) = etcd::get_prefix_at(&mut c, &self.keys.allocs(), rev).await?;
         let mut v = View::default();
-        for kv in hosts.kvs() {
+        for kv in &hosts {
             v.apply_host(kv.key(), kv.value(), kv.create_revision());
         }
-        for kv in allocs.kvs() {
+        for kv in &allocs {
             v.apply_alloc(&self.keys, kv.key(), Some((kv.value(), kv.mod_revision())));
         }
         *self.view.lock() = v;
@@ -930,6 +949,9 @@ impl Scheduler {
                 .map(|((_, d), (a, r))| (d.as_str(), (a, *r)))
                 .collect();
             for d in &h.devices {
+                if !v.usable(hid, &d.name) {
+                    continue;
+                }
                 let (alloc, rev) = mine.get(d.name.as_str()).copied().unwrap_or((&empty, 0));
                 if alloc.mode == AllocMode::Unit && !alloc.tenants.is_empty() {
                     continue;
@@ -1006,7 +1028,7 @@ impl Scheduler {
             let Some(ti) = types.iter().position(|t| *t == h.unit_type) else {
                 continue;
             };
-            for d in &h.devices {
+            for d in h.devices.iter().filter(|d| v.usable(hid, &d.name)) {
                 match v.allocs.get(&(hid.clone(), d.name.clone())) {
                     Some((a, _)) if a.mode == AllocMode::Unit && !a.tenants.is_empty() => {
                         avail[ti] += 1
@@ -1090,7 +1112,8 @@ impl Scheduler {
                         .devices
                         .iter()
                         .filter(|d| {
-                            d.free_channels.len() as u32 == d.channels
+                            v.usable(hid, &d.name)
+                                && d.free_channels.len() as u32 == d.channels
                                 && v.allocs
                                     .get(&(hid.clone(), d.name.clone()))
                                     .is_none_or(|(a, _)| a.is_empty())
@@ -1339,45 +1362,66 @@ impl Scheduler {
     /// Hosts, alive and lost.
     pub fn hosts(&self) -> Vec<HostStatus> {
         let v = self.view.lock();
-        let mut ids: BTreeSet<String> = v.hosts.keys().cloned().collect();
-        ids.extend(v.allocs.keys().map(|(h, _)| h.clone()));
+        // One pass over the allocations: vSSD names and booked channels per host.
+        let mut per: BTreeMap<&str, (BTreeSet<&str>, u32)> = BTreeMap::new();
+        for ((h, dev), (a, _)) in &v.allocs {
+            let e = per.entry(h.as_str()).or_default();
+            e.0.extend(a.channels.values().map(String::as_str));
+            e.1 += a.channels.len() as u32;
+            if a.mode == AllocMode::Unit && !a.tenants.is_empty() {
+                e.0.extend(a.tenants.iter().map(|t| t.name.as_str()));
+                // A unit books every channel of its own device.
+                e.1 += v
+                    .hosts
+                    .get(h)
+                    .and_then(|(r, _)| r.devices.iter().find(|d| d.name == *dev))
+                    .map_or(0, |d| d.channels);
+            }
+        }
+        let mut ids: BTreeSet<&str> = v.hosts.keys().map(String::as_str).collect();
+        ids.extend(per.keys().copied());
         ids.into_iter()
             .map(|id| {
-                let mut vssds = BTreeSet::new();
-                let mut booked = 0;
-                for ((h, _), (a, _)) in &v.allocs {
-                    if *h != id {
-                        continue;
-                    }
-                    booked += a.channels.len() as u32;
-                    vssds.extend(a.channels.values().cloned());
-                    if a.mode == AllocMode::Unit && !a.tenants.is_empty() {
-                        vssds.extend(a.tenants.iter().map(|t| t.name.clone()));
-                        booked += v
-                            .hosts
-                            .get(h)
-                            .and_then(|(r, _)| {
-                                r.devices.iter().find(|d| {
-                                    Some(&d.name)
-                                        == v.allocs.keys().find(|k| k.0 == *h).map(|k| &k.1)
-                                })
-                            })
-                            .map_or(0, |d| d.channels);
-                    }
-                }
-                let record = v.hosts.get(&id).map(|(r, _)| r.clone());
+                let (names, booked) = per.get(id).cloned().unwrap_or_default();
+                let record = v.hosts.get(id).map(|(r, _)| r.clone());
                 HostStatus {
                     state: if record.is_some() { "alive" } else { "lost" }.into(),
                     total_channels: record
                         .as_ref()
                         .map_or(0, |r| r.devices.iter().map(|d| d.channels).sum()),
-                    id,
+                    id: id.to_string(),
                     record,
-                    vssds: vssds.len(),
+                    vssds: names.len(),
                     booked_channels: booked,
                 }
             })
             .collect()
+    }
+
+    /// Every live host's gSSDs, best fit first for a demand of one channel:
+    /// the fleet-wide pool as the hosts last published it.
+    pub fn gssds(&self) -> Vec<FleetGssd> {
+        let v = self.view.lock();
+        let mut out: Vec<FleetGssd> = v
+            .hosts
+            .values()
+            .flat_map(|(h, _)| {
+                h.gssds.iter().map(|g| FleetGssd {
+                    host: h.id.clone(),
+                    nbd: h.nbd.clone(),
+                    gssd: g.clone(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            (a.gssd.in_use, a.gssd.capacity_bytes, &a.host, a.gssd.id).cmp(&(
+                b.gssd.in_use,
+                b.gssd.capacity_bytes,
+                &b.host,
+                b.gssd.id,
+            ))
+        });
+        out
     }
 
     /// The fleet at a glance.
