@@ -1603,3 +1603,30 @@ fn etcd_with_client_certificates() {
         .get_prefix("/flexssd/hosts/")
         .contains_key("/flexssd/hosts/h1"));
 }
+
+/// A unit whose curve has room but whose blocks are all taken sends the next
+/// tenant to a new unit (it was refused), and `host` is obeyed for tenants
+/// that would fit an existing unit elsewhere (it was ignored).
+#[test]
+fn full_units_spill_over_and_host_pins_are_obeyed() {
+    require!(tools().is_ok(), tools().unwrap_err());
+    let f = Fleet::start(2, 2, 1);
+    let url = f.url();
+    let light = json!({"curve": [[0, 1000], [100, 0]], "percentile": "p95"});
+    let mut units = BTreeSet::new();
+    // 64 blocks per plane hold 8 light 8 MiB tenants (data + GC spare each).
+    for i in 0..10 {
+        let req = json!({"name": format!("l{i}"), "capacity": 8 * MIB, "sla": light});
+        let (code, v) = http("POST", &format!("{url}/v1/vssds"), Some(&req));
+        assert_eq!(code, 201, "l{i}: {v}");
+        units.insert(format!("{}/{}", v["host"], v["device"]));
+    }
+    assert!(units.len() >= 2, "ten tenants on {units:?}");
+    let (code, v) = http(
+        "POST",
+        &format!("{url}/v1/vssds"),
+        Some(&json!({"name": "pinned", "capacity": 8 * MIB, "sla": light, "host": "h2"})),
+    );
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["host"], "h2", "{v}");
+}

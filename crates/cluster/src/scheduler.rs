@@ -1020,7 +1020,19 @@ impl Scheduler {
 
     /// Rebuilds the placer from the view's SLA units on live hosts, with the
     /// inventory of each type limited to the devices that can be units.
-    fn placer(&self, v: &View) -> Result<RebuiltPlacer, ClusterError> {
+    fn placer(
+        &self,
+        v: &View,
+        host: Option<&str>,
+        exclude: &BTreeSet<(String, String)>,
+    ) -> Result<RebuiltPlacer, ClusterError> {
+        // Only the devices this request may use: on the named host, not
+        // excluded (a unit already found too full for it), parseable.
+        let ok = |hid: &str, dev: &str| {
+            host.is_none_or(|h| h == hid)
+                && v.usable(hid, dev)
+                && (exclude.is_empty() || !exclude.contains(&(hid.to_string(), dev.to_string())))
+        };
         let mut catalog = self.cfg.catalog.clone();
         let types: Vec<String> = catalog.types().iter().map(|t| t.name.clone()).collect();
         let mut avail = vec![0u32; types.len()];
@@ -1028,7 +1040,7 @@ impl Scheduler {
             let Some(ti) = types.iter().position(|t| *t == h.unit_type) else {
                 continue;
             };
-            for d in h.devices.iter().filter(|d| v.usable(hid, &d.name)) {
+            for d in h.devices.iter().filter(|d| ok(hid, &d.name)) {
                 match v.allocs.get(&(hid.clone(), d.name.clone())) {
                     Some((a, _)) if a.mode == AllocMode::Unit && !a.tenants.is_empty() => {
                         avail[ti] += 1
@@ -1051,7 +1063,11 @@ impl Scheduler {
         let mut units = BTreeMap::new();
         let mut next = 0u64;
         for ((hid, dev), (a, _)) in &v.allocs {
-            if a.mode != AllocMode::Unit || a.tenants.is_empty() || !v.hosts.contains_key(hid) {
+            if a.mode != AllocMode::Unit
+                || a.tenants.is_empty()
+                || !v.hosts.contains_key(hid)
+                || !ok(hid, dev)
+            {
                 continue;
             }
             let h = &v.hosts[hid].0;
@@ -1091,10 +1107,50 @@ impl Scheduler {
                 req.name
             ))
         })?;
-        let (mut placer, units, tid) = self.placer(v)?;
-        let stripes = placer
-            .place(TenantId(tid), s.clone())
-            .map_err(|e| ClusterError::NoRoom(format!("vSSD {:?}: {e}", req.name)))?;
+        // A unit whose curve fits but whose blocks are taken is left out and
+        // the placer asked again, which then picks another unit or opens one.
+        let mut exclude = BTreeSet::new();
+        let mut full = Vec::new();
+        loop {
+            match self.plan_unit_once(v, req, s, capacity, &exclude)? {
+                Ok(plan) => return Ok(plan),
+                Err((host, device, why)) => {
+                    full.push(why);
+                    if !exclude.insert((host, device)) || exclude.len() > 4096 {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(ClusterError::NoRoom(full.join("; ")))
+    }
+
+    /// One try of [`Scheduler::plan_unit`]: `Ok(Err(..))` names a unit that
+    /// fits the curve but has no room for the blocks.
+    #[allow(clippy::type_complexity)]
+    fn plan_unit_once(
+        &self,
+        v: &View,
+        req: &CreateRequest,
+        s: &sla::placement::TenantSla,
+        capacity: u64,
+        exclude: &BTreeSet<(String, String)>,
+    ) -> Result<Result<Plan, (String, String, String)>, ClusterError> {
+        let (mut placer, units, tid) = self.placer(v, req.host.as_deref(), exclude)?;
+        let stripes = placer.place(TenantId(tid), s.clone()).map_err(|e| {
+            ClusterError::NoRoom(format!(
+                "vSSD {:?}: {e}{}",
+                req.name,
+                if exclude.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({} units fit the curve but had no room for its blocks)",
+                        exclude.len()
+                    )
+                }
+            ))
+        })?;
         let unit = stripes[0].unit;
         let (host, device) = match units.get(&unit.0) {
             Some(hd) => hd.clone(),
@@ -1113,6 +1169,7 @@ impl Scheduler {
                         .iter()
                         .filter(|d| {
                             v.usable(hid, &d.name)
+                                && !exclude.contains(&(hid.clone(), d.name.clone()))
                                 && d.free_channels.len() as u32 == d.channels
                                 && v.allocs
                                     .get(&(hid.clone(), d.name.clone()))
@@ -1178,12 +1235,13 @@ impl Scheduler {
             start = start.max(b);
         }
         let Some(first) = found else {
-            return Err(ClusterError::NoRoom(format!(
+            let why = format!(
                 "vSSD {:?}: its curve fits unit {host}/{device}, but the unit has no {need} free blocks per plane for {capacity} bytes (it has {} per plane, {} tenants)",
                 req.name,
                 dev.blocks_per_plane,
                 alloc.tenants.len()
-            )));
+            );
+            return Ok(Err((host, device, why)));
         };
         let blocks = (first, first + need);
         alloc.tenants.push(UnitTenant {
@@ -1191,7 +1249,7 @@ impl Scheduler {
             blocks,
             sla: s.clone(),
         });
-        Ok(Plan {
+        Ok(Ok(Plan {
             vssd: FleetVssd {
                 name: req.name.clone(),
                 host,
@@ -1204,7 +1262,7 @@ impl Scheduler {
             },
             alloc,
             expect_rev: rev,
-        })
+        }))
     }
 
     /// While nobody leads (at start, or between a leader's death and the
