@@ -72,7 +72,7 @@ pub fn configure(token_file: Option<&Path>, ca_file: Option<&Path>) -> Result<()
 }
 
 /// A TLS client configuration that trusts the CA certificates of a PEM file.
-fn tls_trusting(path: &Path) -> Result<rustls::ClientConfig> {
+pub(crate) fn tls_trusting(path: &Path) -> Result<rustls::ClientConfig> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let certs = CertificateDer::pem_file_iter(path)

@@ -205,15 +205,28 @@ pub struct ServeArgs {
     /// (default: none; then listen only on loopback).
     #[arg(long, value_name = "FILE")]
     api_token_file: Option<PathBuf>,
+    /// Serve the fleet API over HTTPS with this PEM certificate chain (with --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's PEM private key.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// PEM CA that signed the other schedulers' certificates, trusted when
+    /// forwarding a change to the active one over HTTPS (default: --ca-file).
+    #[arg(long, value_name = "FILE")]
+    peer_ca: Option<PathBuf>,
+    /// Serve on a non-loopback address without --api-token-file and TLS.
+    #[arg(long)]
+    insecure: bool,
     /// Give up if etcd cannot be reached this many times at start (0: retry for ever).
     #[arg(long, default_value_t = 0)]
     connect_attempts: u32,
 }
 
 /// Runs `flexssd cluster ...`; `cluster_url` is the fleet API for the client commands.
-pub fn run(a: &ClusterArgs, cluster_url: &str) -> Result<()> {
+pub fn run(a: &ClusterArgs, cluster_url: &str, ca_file: Option<&std::path::Path>) -> Result<()> {
     match &a.cmd {
-        ClusterCmd::Serve(s) => serve(s),
+        ClusterCmd::Serve(s) => serve(s, ca_file),
         ClusterCmd::Bench(b) => bench(b),
         ClusterCmd::Hosts { json } => {
             let hosts: Vec<HostStatus> = Client::new(cluster_url).get("/v1/cluster/hosts")?;
@@ -635,7 +648,7 @@ async fn h_events(
     ))
 }
 
-fn serve(a: &ServeArgs) -> Result<()> {
+fn serve(a: &ServeArgs, ca_file: Option<&std::path::Path>) -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -648,12 +661,30 @@ fn serve(a: &ServeArgs) -> Result<()> {
             a.id
         );
     }
-    if a.api_token_file.is_none() && !a.listen.ip().is_loopback() {
+    if !a.listen.ip().is_loopback()
+        && !a.insecure
+        && (a.api_token_file.is_none() || a.tls_cert.is_none())
+    {
         bail!(
-            "refusing to serve the fleet API on {} without --api-token-file: anyone who reaches it could place and delete vSSDs",
+            "refusing to serve the fleet API on {} without --api-token-file and --tls-cert/--tls-key: anyone on the path could read or use the token, or place and delete vSSDs (--insecure overrides)",
             a.listen
         );
     }
+    let tls = match (&a.tls_cert, &a.tls_key) {
+        (Some(c), Some(k)) => Some(crate::serve::tls_server_config(
+            c,
+            k,
+            "--tls-cert",
+            "--tls-key",
+        )?),
+        _ => None,
+    };
+    let mut forward = ureq::AgentBuilder::new().timeout(Duration::from_secs(30));
+    if let Some(ca) = a.peer_ca.as_deref().or(ca_file) {
+        forward = forward.tls_config(Arc::new(crate::client::tls_trusting(ca)?));
+    }
+    let forward = forward.build();
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let catalog = match &a.catalog {
         Some(p) => Catalog::from_toml_str(
             &std::fs::read_to_string(p)
@@ -687,7 +718,7 @@ fn serve(a: &ServeArgs) -> Result<()> {
         api: a
             .advertise
             .clone()
-            .unwrap_or_else(|| format!("http://{}", a.listen)),
+            .unwrap_or_else(|| format!("{scheme}://{}", a.listen)),
         ttl: Duration::from_secs(a.ttl.max(1)),
         catalog,
         metric: a.metric,
@@ -713,9 +744,7 @@ fn serve(a: &ServeArgs) -> Result<()> {
         let st = AppState {
             sched,
             token,
-            forward: ureq::AgentBuilder::new()
-                .timeout(Duration::from_secs(30))
-                .build(),
+            forward,
         };
         let app = Router::new()
             .route("/v1/cluster/status", get(h_status))
@@ -726,15 +755,31 @@ fn serve(a: &ServeArgs) -> Result<()> {
             .route("/v1/gssds", get(h_gssds))
             .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
             .with_state(st);
-        info!(id = %a.id, "fleet API listening on http://{}", a.listen);
+        info!(id = %a.id, "fleet API listening on {scheme}://{}", a.listen);
         let mut rx = stop_rx.clone();
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
+        let server = match tls {
+            None => tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = rx.wait_for(|s| *s).await;
+                    })
+                    .await
+            }),
+            Some(tls) => {
+                let handle = axum_server::Handle::new();
+                let server = axum_server::tls_rustls::from_tcp_rustls(
+                    listener.into_std().context("the fleet API's listener")?,
+                    axum_server::tls_rustls::RustlsConfig::from_config(tls),
+                )
+                .context("serving HTTPS")?
+                .handle(handle.clone());
+                tokio::spawn(async move {
                     let _ = rx.wait_for(|s| *s).await;
-                })
-                .await
-        });
+                    handle.graceful_shutdown(Some(Duration::from_secs(5)));
+                });
+                tokio::spawn(async move { server.serve(app.into_make_service()).await })
+            }
+        };
         crate::serve::wait_for_signal().await?;
         let _ = stop_tx.send(true);
         if tokio::time::timeout(Duration::from_secs(5), server)

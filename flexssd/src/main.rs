@@ -361,7 +361,11 @@ fn main() -> ExitCode {
             None => harvest_cmd::events(a, &api_url(&a.client)),
         },
         Command::Cluster(a) => {
-            cluster_cmd::run(a, cli.cluster.as_deref().unwrap_or("http://127.0.0.1:8750"))
+            cluster_cmd::run(
+                a,
+                cli.cluster.as_deref().unwrap_or("http://127.0.0.1:8750"),
+                cli.ca_file.as_deref(),
+            )
         }
         Command::Token(a) => token_cmd::run(a, &api_url(&a.client)),
         Command::Config(ConfigCmd::Default) => {

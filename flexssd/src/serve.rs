@@ -88,22 +88,33 @@ fn load_config(args: &ServeArgs) -> Result<Config> {
 /// checked at start so that a bad file stops the daemon naming it; `None` for
 /// plain HTTP.
 fn api_tls_config(cfg: &Config) -> Result<Option<Arc<rustls::ServerConfig>>> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let (Some(cert), Some(key)) = (&cfg.api.tls_cert, &cfg.api.tls_key) else {
         return Ok(None);
     };
+    tls_server_config(cert, key, "[api] tls_cert", "[api] tls_key").map(Some)
+}
+
+/// An HTTPS server configuration from a PEM certificate chain and key; the
+/// errors name the files by the settings `cert_name` and `key_name`.
+pub(crate) fn tls_server_config(
+    cert: &Path,
+    key: &Path,
+    cert_name: &str,
+    key_name: &str,
+) -> Result<Arc<rustls::ServerConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs = CertificateDer::pem_file_iter(cert)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .with_context(|| format!("[api] tls_cert {}", cert.display()))?;
+        .with_context(|| format!("{cert_name} {}", cert.display()))?;
     if certs.is_empty() {
         bail!(
-            "[api] tls_cert {}: no PEM CERTIFICATE in the file",
+            "{cert_name} {}: no PEM CERTIFICATE in the file",
             cert.display()
         );
     }
     let private = PrivateKeyDer::from_pem_file(key)
-        .with_context(|| format!("[api] tls_key {}", key.display()))?;
+        .with_context(|| format!("{key_name} {}", key.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut sc = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -112,13 +123,13 @@ fn api_tls_config(cfg: &Config) -> Result<Option<Arc<rustls::ServerConfig>>> {
         .with_single_cert(certs, private)
         .with_context(|| {
             format!(
-                "[api] tls_cert {} and tls_key {} do not make a usable certificate",
+                "{cert_name} {} and {key_name} {} do not make a usable certificate",
                 cert.display(),
                 key.display()
             )
         })?;
     sc.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Some(Arc::new(sc)))
+    Ok(Arc::new(sc))
 }
 
 /// The file the first admin token is written to: `<data_dir>/admin.token`.

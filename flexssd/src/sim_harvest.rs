@@ -51,8 +51,12 @@ pub struct HarvestArgs {
     #[arg(long, default_value = "both", value_parser = ["sold", "unsold", "both"])]
     pub scenario: String,
     /// Directory with the Alibaba 2018 and Google 2011 excerpts.
-    #[arg(long, value_name = "DIR", default_value = "../shared/traces/cluster")]
-    pub cluster: PathBuf,
+    #[arg(
+        long = "cluster-traces",
+        value_name = "DIR",
+        default_value = "../shared/traces/cluster"
+    )]
+    pub cluster_traces: PathBuf,
     /// Directory with the Azure V1 arrivals and flavour map.
     #[arg(long, value_name = "DIR", default_value = "../shared/traces/azure")]
     pub azure: PathBuf,
@@ -106,7 +110,7 @@ pub fn run(a: &HarvestArgs, wall: &dyn Clock) -> Result<()> {
         "unsold" => vec![(Scenario::Unsold, upred)],
         _ => vec![(Scenario::Sold, pred), (Scenario::Unsold, upred)],
     };
-    let inputs = fleet::load(&a.cluster, &a.azure)?;
+    let inputs = fleet::load(&a.cluster_traces, &a.azure)?;
     let t0 = wall.now();
     let fl = Fleet::build(&cfg, &inputs)?;
     let scenarios: Vec<_> = scenarios

@@ -34,12 +34,24 @@ impl Net {
     fn add(&mut self, ns: &str, outside: &str, inside: &str, host_addr: &str, ns_addr: &str) {
         Net::ip(&["netns", "add", ns]);
         self.names.push(ns.to_string());
-        Net::ip(&["link", "add", outside, "type", "veth", "peer", "name", inside]);
+        Net::ip(&[
+            "link", "add", outside, "type", "veth", "peer", "name", inside,
+        ]);
         self.links.push(outside.to_string());
         Net::ip(&["link", "set", inside, "netns", ns]);
         Net::ip(&["addr", "add", &format!("{host_addr}/24"), "dev", outside]);
         Net::ip(&["link", "set", outside, "up"]);
-        Net::ip(&["netns", "exec", ns, "ip", "addr", "add", &format!("{ns_addr}/24"), "dev", inside]);
+        Net::ip(&[
+            "netns",
+            "exec",
+            ns,
+            "ip",
+            "addr",
+            "add",
+            &format!("{ns_addr}/24"),
+            "dev",
+            inside,
+        ]);
         Net::ip(&["netns", "exec", ns, "ip", "link", "set", inside, "up"]);
         Net::ip(&["netns", "exec", ns, "ip", "link", "set", "lo", "up"]);
     }
@@ -118,7 +130,10 @@ fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool, logs: &dy
 fn hosts_in_their_own_network_namespaces_serve_fleet_vssds_over_veth() {
     require!(is_root(), "network namespaces need root");
     require!(have("ip"), "iproute2's ip is not installed");
-    require!(have("etcd"), "etcd is not installed (make test installs etcd-server)");
+    require!(
+        have("etcd"),
+        "etcd is not installed (make test installs etcd-server)"
+    );
     require!(have("fio"), "fio is not installed (make test installs it)");
     let dir = tempfile::tempdir().unwrap();
     // Unique per run, short (interface names are at most 15 bytes).
@@ -148,7 +163,9 @@ fn hosts_in_their_own_network_namespaces_serve_fleet_vssds_over_veth() {
             .arg(format!("--listen-client-urls=http://0.0.0.0:{cport}"))
             .arg(format!("--advertise-client-urls=http://127.0.0.1:{cport}"))
             .arg(format!("--listen-peer-urls=http://127.0.0.1:{pport}"))
-            .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{pport}"))
+            .arg(format!(
+                "--initial-advertise-peer-urls=http://127.0.0.1:{pport}"
+            ))
             .arg(format!("--initial-cluster=e1=http://127.0.0.1:{pport}")),
         &dir.path().join("etcd.log"),
     );
@@ -232,7 +249,15 @@ lease_ttl_s = 3
     for k in 1..=hosts {
         let out = fleet(
             &url,
-            &["vssd", "create", &format!("v{k}"), "--channels", "2", "--host", &format!("h{k}")],
+            &[
+                "vssd",
+                "create",
+                &format!("v{k}"),
+                "--channels",
+                "2",
+                "--host",
+                &format!("h{k}"),
+            ],
         );
         assert!(
             out.status.success(),

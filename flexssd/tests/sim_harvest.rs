@@ -70,7 +70,7 @@ fn small<'a>(c: &'a str, a: &'a str) -> Vec<&'a str> {
         "6",
         "--unsold-hosts",
         "30",
-        "--cluster",
+        "--cluster-traces",
         c,
         "--azure",
         a,
@@ -156,7 +156,7 @@ fn real_excerpts_run_when_present() {
         "48",
         "--unsold-hosts",
         "70",
-        "--cluster",
+        "--cluster-traces",
         c.to_str().unwrap(),
         "--azure",
         a.to_str().unwrap(),
@@ -181,7 +181,7 @@ fn bad_input_is_named() {
     let (cs, as_) = (c.to_str().unwrap(), a.to_str().unwrap());
 
     // Missing directory / file.
-    let e = fails(&["--cluster", "/nonexistent/cluster", "--azure", as_]);
+    let e = fails(&["--cluster-traces", "/nonexistent/cluster", "--azure", as_]);
     assert!(
         e.contains("/nonexistent/cluster/alibaba-2018-machine_usage-excerpt.csv"),
         "{e}"

@@ -337,6 +337,12 @@ impl Principal {
     }
 }
 
+/// Whether two secrets are equal, in time that does not depend on where they
+/// differ (for shared secrets such as the fleet API's token).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.ct_eq(b).into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -472,10 +478,4 @@ mod tests {
         assert!(Principal::unauthenticated_admin().owns(Some("b")));
         assert_eq!(a.describe(), "tenant token of \"a\"");
     }
-}
-
-/// Whether two secrets are equal, in time that does not depend on where they
-/// differ (for shared secrets such as the fleet API's token).
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.ct_eq(b).into()
 }

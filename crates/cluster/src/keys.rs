@@ -12,7 +12,7 @@
 //! {prefix}/vssds/{name}               FleetVssd       the fleet-wide name index
 //! {prefix}/desired/{host}/{name}      FleetVssd       what the host's agent must run
 //! {prefix}/observed/{host}/{name}     ObservedVssd    what the agent runs, or its error
-//! {prefix}/events/{seq}               FleetEvent      the fleet's event log
+//! {prefix}/events/{ms}-{sched}-{n}  FleetEvent       the fleet's event log (sorts by time)
 //! {prefix}/scheduler/leader           LeaderRecord    lease-held by the active scheduler
 //! ```
 //!
@@ -92,9 +92,10 @@ impl Keys {
     pub fn events(&self) -> String {
         format!("{}/events/", self.prefix)
     }
-    /// One event (sequence numbers sort as text).
-    pub fn event(&self, seq: u64) -> String {
-        format!("{}/events/{seq:020}", self.prefix)
+    /// One event: time first so keys sort in order; the scheduler's id and
+    /// its counter keep two events of the same millisecond apart.
+    pub fn event(&self, ms: u64, scheduler: &str, n: u64) -> String {
+        format!("{}/events/{ms:013}-{scheduler}-{n:08}", self.prefix)
     }
     /// The active scheduler's key.
     pub fn leader(&self) -> String {
@@ -318,7 +319,7 @@ mod tests {
         let k = Keys::new("/fx/");
         assert_eq!(k.host("h1"), "/fx/hosts/h1");
         assert_eq!(k.alloc("h1", "d0"), "/fx/alloc/h1/d0");
-        assert!(k.event(9) < k.event(10));
+        assert!(k.event(9, "s", 1) < k.event(10, "s", 0));
         assert_eq!(Keys::last(&k.desired("h", "v")), "v");
     }
 

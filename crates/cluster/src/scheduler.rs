@@ -188,6 +188,17 @@ impl View {
     }
 
     fn apply_alloc(&mut self, keys: &Keys, key: &[u8], value: Option<(&[u8], i64)>) {
+        self.apply_alloc_at(keys, key, value, 0);
+    }
+
+    /// `delete_rev`: the revision of a delete (0: unknown, always applies).
+    fn apply_alloc_at(
+        &mut self,
+        keys: &Keys,
+        key: &[u8],
+        value: Option<(&[u8], i64)>,
+        delete_rev: i64,
+    ) {
         let k = String::from_utf8_lossy(key);
         let Some(rest) = k.strip_prefix(&keys.allocs()) else {
             return;
@@ -197,11 +208,17 @@ impl View {
             return;
         };
         let id = (host.to_string(), dev.to_string());
+        // Never go back: a watch event can arrive after this scheduler has
+        // already recorded its own later write (or its tentative plan at the
+        // same revision), and must not undo it.
+        let newer = |rev: i64| self.allocs.get(&id).is_some_and(|(_, r)| *r >= rev);
         match value {
+            None if delete_rev > 0 && newer(delete_rev) => {}
             None => {
                 self.bad.remove(&id);
                 self.allocs.remove(&id);
             }
+            Some((_, rev)) if newer(rev) => {}
             Some((v, rev)) => match decode::<DeviceAlloc>(key, v) {
                 Ok(a) => {
                     self.bad.remove(&id);
@@ -413,7 +430,7 @@ impl Scheduler {
                         let Some(kv) = ev.kv() else { continue };
                         match ev.event_type() {
                             EventType::Put => v.apply_alloc(&self.keys, kv.key(), Some((kv.value(), kv.mod_revision()))),
-                            EventType::Delete => v.apply_alloc(&self.keys, kv.key(), None),
+                            EventType::Delete => v.apply_alloc_at(&self.keys, kv.key(), None, kv.mod_revision()),
                         }
                     }
                 }
@@ -476,14 +493,10 @@ impl Scheduler {
     }
 
     fn event_key(&self) -> String {
-        // Time first so keys sort in order; the id and a counter keep two
-        // schedulers' events in the same millisecond apart.
-        format!(
-            "{}{:013}-{}-{:08}",
-            self.keys.events(),
+        self.keys.event(
             (self.wall)(),
-            self.cfg.id,
-            self.seq.fetch_add(1, Ordering::Relaxed)
+            &self.cfg.id,
+            self.seq.fetch_add(1, Ordering::Relaxed),
         )
     }
 
@@ -666,6 +679,9 @@ impl Scheduler {
         // revision the transaction must still find) for the next plan.
         let mut planned: Vec<(Pending, Plan)> = Vec::new();
         let mut touched: BTreeMap<(String, String), Option<(DeviceAlloc, i64)>> = BTreeMap::new();
+        // Each device's allocation after the last plan on it: what is written
+        // (never re-read from the view, which the watch may update meanwhile).
+        let mut finals: BTreeMap<(String, String), DeviceAlloc> = BTreeMap::new();
         {
             let mut v = self.view.lock();
             for p in batch {
@@ -677,6 +693,7 @@ impl Scheduler {
                         let key = (plan.vssd.host.clone(), plan.vssd.device.clone());
                         let before = v.allocs.get(&key).cloned();
                         touched.entry(key.clone()).or_insert(before);
+                        finals.insert(key.clone(), plan.alloc.clone());
                         v.allocs.insert(key, (plan.alloc.clone(), plan.expect_rev));
                         planned.push((p, plan));
                     }
@@ -704,12 +721,8 @@ impl Scheduler {
                 0,
             ));
         }
-        {
-            let v = self.view.lock();
-            for key in touched.keys() {
-                let (a, _) = &v.allocs[key];
-                ops.push(TxnOp::put(self.keys.alloc(&key.0, &key.1), encode(a), None));
-            }
+        for (key, a) in &finals {
+            ops.push(TxnOp::put(self.keys.alloc(&key.0, &key.1), encode(a), None));
         }
         for (_, plan) in &planned {
             let vkey = self.keys.vssd(&plan.vssd.name);
@@ -732,9 +745,10 @@ impl Scheduler {
             Ok(resp) if resp.succeeded() => {
                 let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
                 let mut v = self.view.lock();
-                for key in touched.keys() {
-                    if let Some(e) = v.allocs.get_mut(key) {
-                        e.1 = rev;
+                for (key, a) in finals {
+                    let newer = v.allocs.get(&key).is_some_and(|(_, r)| *r > rev);
+                    if !newer {
+                        v.allocs.insert(key, (a, rev));
                     }
                 }
                 drop(v);
@@ -1406,15 +1420,48 @@ impl Scheduler {
         Ok(out)
     }
 
-    /// One fleet vSSD.
+    /// One fleet vSSD: two point reads (its index entry, its host's report).
     pub async fn show(&self, name: &str) -> Result<VssdStatus, ClusterError> {
-        // The list is one range read of each prefix; a point read would need
-        // the same join.
-        self.list()
-            .await?
-            .into_iter()
-            .find(|v| v.vssd.name == name)
-            .ok_or_else(|| ClusterError::NotFound(format!("no vSSD named {name:?} in the fleet")))
+        let mut c = self.client.clone();
+        let got = c.get(self.keys.vssd(name), None).await?;
+        let kv = got.kvs().first().ok_or_else(|| {
+            ClusterError::NotFound(format!("no vSSD named {name:?} in the fleet"))
+        })?;
+        let v: FleetVssd = decode(kv.key(), kv.value())?;
+        let alive = self.view.lock().hosts.contains_key(&v.host);
+        if !alive {
+            return Ok(VssdStatus {
+                error: Some(format!("host {} is lost", v.host)),
+                vssd: v,
+                state: "unavailable".into(),
+                uri: None,
+                capacity_bytes: 0,
+            });
+        }
+        let o = c.get(self.keys.observed(&v.host, name), None).await?;
+        let o = match o.kvs().first() {
+            None => None,
+            Some(kv) => Some(decode::<ObservedVssd>(kv.key(), kv.value())?),
+        };
+        Ok(match o {
+            None => VssdStatus {
+                vssd: v,
+                state: "pending".into(),
+                error: None,
+                uri: None,
+                capacity_bytes: 0,
+            },
+            Some(o) => VssdStatus {
+                vssd: v,
+                state: match o.state {
+                    ObservedState::Ready => "ready".into(),
+                    ObservedState::Error => "error".into(),
+                },
+                error: o.error,
+                uri: o.uri,
+                capacity_bytes: o.capacity_bytes,
+            },
+        })
     }
 
     /// Hosts, alive and lost.
@@ -1578,6 +1625,36 @@ mod tests {
         // 1 MiB rows: 7 MiB exported needs 8 MiB raw.
         assert_eq!(blocks_for(7 << 20, 1 << 20), 8);
         assert_eq!(blocks_for(1, 1 << 20), 2);
+    }
+
+    #[test]
+    fn the_view_never_goes_back_to_an_older_allocation() {
+        // The watch can deliver this scheduler's own earlier write after it
+        // recorded a later one (the race that once lost a booking).
+        let keys = Keys::new("/fx");
+        let mut v = View::default();
+        let alloc = |names: &[(u32, &str)]| DeviceAlloc {
+            mode: AllocMode::Channels,
+            channels: names.iter().map(|(c, n)| (*c, n.to_string())).collect(),
+            tenants: Vec::new(),
+            percentile: None,
+        };
+        let k = keys.alloc("h1", "ssd0");
+        let newer = encode(&alloc(&[(0, "a"), (1, "b")]));
+        let older = encode(&alloc(&[(0, "a")]));
+        v.apply_alloc(&keys, k.as_bytes(), Some((&newer, 7)));
+        v.apply_alloc(&keys, k.as_bytes(), Some((&older, 5)));
+        v.apply_alloc(&keys, k.as_bytes(), Some((&older, 7)));
+        let id = ("h1".to_string(), "ssd0".to_string());
+        assert_eq!(v.allocs[&id].0.channels.len(), 2);
+        // A delete older than what is known is ignored too; a later one applies.
+        v.apply_alloc_at(&keys, k.as_bytes(), None, 6);
+        assert!(v.allocs.contains_key(&id));
+        v.apply_alloc_at(&keys, k.as_bytes(), None, 9);
+        assert!(!v.allocs.contains_key(&id));
+        // A value that does not parse marks the device unusable.
+        v.apply_alloc(&keys, k.as_bytes(), Some((b"{", 10)));
+        assert!(!v.usable("h1", "ssd0"));
     }
 
     #[test]

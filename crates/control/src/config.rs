@@ -332,7 +332,7 @@ mod tests {
     #[test]
     fn the_embedded_default_is_the_reference_file() {
         assert!(DEFAULT_CONFIG.starts_with("# flexssd configuration."));
-        assert!(DEFAULT_CONFIG.ends_with("# eviction_grace_s = 300\n"));
+        assert!(DEFAULT_CONFIG.ends_with("# etcd_password_file = \"/etc/flexssd/etcd.password\"\n"));
         // Every section the types know is shown (commented out or not).
         for section in [
             "[api]",
@@ -342,6 +342,7 @@ mod tests {
             "[[vssds]]",
             "[[tiers]]",
             "[harvest]",
+            "[cluster]",
         ] {
             assert!(DEFAULT_CONFIG.contains(section), "{section}");
         }

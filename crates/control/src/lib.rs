@@ -35,8 +35,7 @@ mod store;
 
 pub use config::{
     valid_name, ApiAuth, ApiConfig, BackendKind, ClusterSettings, Config, DeviceConfig, EtcdTls,
-    Mode, NbdConfig, NbdTls,
-    SchedulerSettings, VssdSpec, DEFAULT_CONFIG,
+    Mode, NbdConfig, NbdTls, SchedulerSettings, VssdSpec, DEFAULT_CONFIG,
 };
 pub use config::{
     HarvestSettings, LendPolicyKind, TenantRole, TierSpec, TierVolumeSpec, UnsoldPolicyKind,

@@ -93,13 +93,20 @@ impl ClusterSettings {
                 self.prefix
             ));
         }
-        if self.advertise_nbd.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).is_none() {
+        if self
+            .advertise_nbd
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .is_none()
+        {
             return Err(format!(
                 "cluster.advertise_nbd {:?}: use HOST:PORT",
                 self.advertise_nbd
             ));
         }
-        if !(self.advertise_api.starts_with("http://") || self.advertise_api.starts_with("https://")) {
+        if !(self.advertise_api.starts_with("http://")
+            || self.advertise_api.starts_with("https://"))
+        {
             return Err(format!(
                 "cluster.advertise_api {:?}: use an http:// or https:// URL",
                 self.advertise_api
