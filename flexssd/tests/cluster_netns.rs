@@ -285,6 +285,7 @@ lease_ttl_s = 3
                 "--verify=crc32c",
                 "--do_verify=1",
                 "--output-format=terse",
+                "--verify_state_save=0",
             ])
             .output()
             .unwrap();
