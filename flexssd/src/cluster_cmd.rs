@@ -67,9 +67,9 @@ enum ClusterCmd {
     },
 }
 
-/// `flexssd cluster bench`.
+/// How a scheduler or the benchmark reaches etcd.
 #[derive(Debug, Args)]
-pub struct BenchArgs {
+struct EtcdArgs {
     /// etcd endpoints, comma-separated.
     #[arg(
         long,
@@ -78,6 +78,39 @@ pub struct BenchArgs {
         default_value = "http://127.0.0.1:2379"
     )]
     etcd: Vec<String>,
+    /// CA certificate of etcd's server certificate (https endpoints).
+    #[arg(long, value_name = "FILE")]
+    etcd_ca: Option<PathBuf>,
+    /// Client certificate for etcd (with --etcd-key).
+    #[arg(long, value_name = "FILE", requires = "etcd_key")]
+    etcd_cert: Option<PathBuf>,
+    /// Client key for etcd.
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    etcd_key: Option<PathBuf>,
+    /// etcd user (with --etcd-password-file).
+    #[arg(long, requires = "etcd_password_file")]
+    etcd_user: Option<String>,
+    /// File holding the etcd user's password.
+    #[arg(long, value_name = "FILE", requires = "etcd_user")]
+    etcd_password_file: Option<PathBuf>,
+}
+
+impl EtcdArgs {
+    fn config(&self) -> EtcdConfig {
+        EtcdConfig {
+            endpoints: self.etcd.clone(),
+            ca_file: self.etcd_ca.clone(),
+            identity: self.etcd_cert.clone().zip(self.etcd_key.clone()),
+            user: self.etcd_user.clone().zip(self.etcd_password_file.clone()),
+        }
+    }
+}
+
+/// `flexssd cluster bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    etcd: EtcdArgs,
     /// Light host agents, one lease each.
     #[arg(long, default_value_t = 1000)]
     hosts: usize,
@@ -111,10 +144,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         .context("starting tokio")?;
     let wall = cluster::system_wall();
     let cfg = cluster::bench::BenchConfig {
-        etcd: EtcdConfig {
-            endpoints: a.etcd.clone(),
-            ..Default::default()
-        },
+        etcd: a.etcd.config(),
         prefix: format!("/flexssd-bench-{}", wall()),
         hosts: a.hosts,
         devices: a.devices,
@@ -157,14 +187,8 @@ fn bench(a: &BenchArgs) -> Result<()> {
 /// `flexssd cluster serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// etcd endpoints, comma-separated.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        env = "FLEXSSD_ETCD",
-        default_value = "http://127.0.0.1:2379"
-    )]
-    etcd: Vec<String>,
+    #[command(flatten)]
+    etcd: EtcdArgs,
     /// This scheduler's id (unique among schedulers).
     #[arg(long)]
     id: String,
@@ -186,21 +210,6 @@ pub struct ServeArgs {
     /// Best-fit metric: dot, l2 or area.
     #[arg(long, default_value = "dot")]
     metric: Metric,
-    /// CA certificate of etcd's server certificate (https endpoints).
-    #[arg(long, value_name = "FILE")]
-    etcd_ca: Option<PathBuf>,
-    /// Client certificate for etcd (with --etcd-key).
-    #[arg(long, value_name = "FILE", requires = "etcd_key")]
-    etcd_cert: Option<PathBuf>,
-    /// Client key for etcd.
-    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
-    etcd_key: Option<PathBuf>,
-    /// etcd user (with --etcd-password-file).
-    #[arg(long, requires = "etcd_password_file")]
-    etcd_user: Option<String>,
-    /// File holding the etcd user's password.
-    #[arg(long, value_name = "FILE", requires = "etcd_user")]
-    etcd_password_file: Option<PathBuf>,
     /// File holding the bearer token every request to the fleet API must carry
     /// (default: none; then listen only on loopback).
     #[arg(long, value_name = "FILE")]
@@ -705,12 +714,7 @@ fn serve(a: &ServeArgs, ca_file: Option<&std::path::Path>) -> Result<()> {
         }
         None => None,
     };
-    let etcd = EtcdConfig {
-        endpoints: a.etcd.clone(),
-        ca_file: a.etcd_ca.clone(),
-        identity: a.etcd_cert.clone().zip(a.etcd_key.clone()),
-        user: a.etcd_user.clone().zip(a.etcd_password_file.clone()),
-    };
+    let etcd = a.etcd.config();
     let cfg = SchedulerConfig {
         etcd,
         prefix: a.prefix.clone(),
@@ -732,7 +736,7 @@ fn serve(a: &ServeArgs, ca_file: Option<&std::path::Path>) -> Result<()> {
             .await
             .with_context(|| format!("binding the fleet API on {}", a.listen))?;
         let (stop_tx, stop_rx) = watch::channel(false);
-        info!(endpoints = ?a.etcd, "connecting to etcd");
+        info!(endpoints = ?a.etcd.etcd, "connecting to etcd");
         let sched = Scheduler::start(
             cfg,
             cluster::system_wall(),

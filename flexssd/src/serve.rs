@@ -411,8 +411,10 @@ async fn serve(
         // Fleet membership: register, publish, converge to the desired vSSDs.
         // etcd being down at start is retried (with a log line each second),
         // never fatal: the host serves its own vSSDs meanwhile.
+        let mut agent_cfg = cluster::agent::AgentConfig::from_settings(cl);
+        agent_cfg.nbd_tls = cfg.nbd.tls != NbdTls::Off;
         let agent = cluster::Agent::new(
-            cluster::agent::AgentConfig::from_settings(cl),
+            agent_cfg,
             Arc::new(cluster::host::ManagerHost::new(mgr.clone())),
             cluster::system_wall(),
         );

@@ -52,6 +52,9 @@ pub struct AgentConfig {
     pub host_id: String,
     /// Advertised NBD `HOST:PORT`.
     pub nbd: String,
+    /// Whether the host's NBD server speaks TLS (exports are then advertised
+    /// as `nbds://`).
+    pub nbd_tls: bool,
     /// Advertised API URL.
     pub api: String,
     /// Catalogue unit type of its devices.
@@ -63,13 +66,14 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
-    /// From a host's `[cluster]` section.
+    /// From a host's `[cluster]` section (`nbd_tls` false: set it from `[nbd]`).
     pub fn from_settings(s: &control::ClusterSettings) -> Self {
         AgentConfig {
             etcd: EtcdConfig::from_settings(s),
             prefix: s.prefix.clone(),
             host_id: s.host_id.clone(),
             nbd: s.advertise_nbd.clone(),
+            nbd_tls: false,
             api: s.advertise_api.clone(),
             unit_type: s.unit_type.clone(),
             ttl: Duration::from_secs(s.lease_ttl_s),
@@ -283,7 +287,12 @@ impl Agent {
                 state: ObservedState::Ready,
                 error: None,
                 capacity_bytes: bytes,
-                uri: Some(format!("nbd://{}/{}", self.cfg.nbd, v.name)),
+                uri: Some(format!(
+                    "{}://{}/{}",
+                    if self.cfg.nbd_tls { "nbds" } else { "nbd" },
+                    self.cfg.nbd,
+                    v.name
+                )),
             },
             Err(e) => {
                 warn!(vssd = %v.name, error = %e, "cannot create a desired vSSD");

@@ -178,6 +178,7 @@ pub async fn run(
                 prefix: cfg.prefix.clone(),
                 host_id: format!("h{i:06}"),
                 nbd: format!("10.0.{}.{}:10809", i / 250, i % 250),
+                nbd_tls: false,
                 api: format!("http://10.0.{}.{}:8740", i / 250, i % 250),
                 unit_type: "ssd".into(),
                 ttl: cfg.ttl,
