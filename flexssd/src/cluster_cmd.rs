@@ -224,6 +224,9 @@ pub struct ServeArgs {
     /// forwarding a change to the active one over HTTPS (default: --ca-file).
     #[arg(long, value_name = "FILE")]
     peer_ca: Option<PathBuf>,
+    /// Events kept in etcd (the oldest beyond are deleted every 30 s).
+    #[arg(long, default_value_t = 10_000)]
+    keep_events: usize,
     /// Serve on a non-loopback address without --api-token-file and TLS.
     #[arg(long)]
     insecure: bool,
@@ -428,15 +431,27 @@ pub fn gssds(cluster_url: &str, as_json: bool) -> Result<()> {
 }
 
 /// Fleet-wide `events`.
-pub fn events(cluster_url: &str, limit: usize, as_json: bool) -> Result<()> {
-    let l: Vec<FleetEvent> = Client::new(cluster_url).get(&format!("/v1/events?limit={limit}"))?;
-    if as_json {
-        return crate::client::json(&l);
+pub fn events(cluster_url: &str, since: u64, follow: bool, as_json: bool) -> Result<()> {
+    let c = Client::new(cluster_url);
+    let mut since = since;
+    loop {
+        let l: Vec<FleetEvent> = c.get(&format!("/v1/events?limit=1000&since={since}"))?;
+        if as_json && !follow {
+            return crate::client::json(&l);
+        }
+        for e in &l {
+            if as_json {
+                println!("{}", serde_json::to_string(e)?);
+            } else {
+                println!("{:>8} {} {:<16} {}", e.seq, e.at_ms, e.kind, e.detail);
+            }
+            since = since.max(e.seq);
+        }
+        if !follow {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_secs(1));
     }
-    for e in l {
-        println!("{} {:<16} {}", e.at_ms, e.kind, e.detail);
-    }
-    Ok(())
 }
 
 /// Builds a fleet create request from the CLI's percentile name.
@@ -640,8 +655,10 @@ async fn h_delete(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct EventsQuery {
     limit: Option<i64>,
+    since: Option<u64>,
 }
 
 async fn h_events(
@@ -652,7 +669,10 @@ async fn h_events(
     check_token(&st, &headers)?;
     Ok(Json(
         st.sched
-            .events(q.limit.unwrap_or(100).clamp(1, 10_000))
+            .events(
+                q.limit.unwrap_or(100).clamp(1, 10_000),
+                q.since.unwrap_or(0),
+            )
             .await?,
     ))
 }
@@ -726,6 +746,7 @@ fn serve(a: &ServeArgs, ca_file: Option<&std::path::Path>) -> Result<()> {
         ttl: Duration::from_secs(a.ttl.max(1)),
         catalog,
         metric: a.metric,
+        keep_events: a.keep_events.max(1),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

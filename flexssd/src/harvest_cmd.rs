@@ -104,10 +104,10 @@ pub struct EventsArgs {
     pub client: crate::ClientOpts,
     /// Only events after this sequence number.
     #[arg(long, default_value_t = 0)]
-    since: u64,
+    pub since: u64,
     /// Keep printing new events (every second) until interrupted.
     #[arg(long)]
-    follow: bool,
+    pub follow: bool,
     /// Print JSON lines.
     #[arg(long)]
     pub json: bool,

@@ -357,7 +357,7 @@ fn main() -> ExitCode {
             None => harvest_cmd::gssd(a, &api_url(&a.client)),
         },
         Command::Events(a) => match &cli.cluster {
-            Some(url) => cluster_cmd::events(url, 1000, a.json),
+            Some(url) => cluster_cmd::events(url, a.since, a.follow, a.json),
             None => harvest_cmd::events(a, &api_url(&a.client)),
         },
         Command::Cluster(a) => {

@@ -161,6 +161,7 @@ pub async fn run(
             ttl: cfg.ttl,
             catalog: sla::catalog::Catalog::builtin(),
             metric: sla::placement::Metric::Dot,
+            keep_events: 100_000,
         },
         wall.clone(),
         stop_rx.clone(),

@@ -58,6 +58,8 @@ pub struct SchedulerConfig {
     pub catalog: Catalog,
     /// Best-fit metric.
     pub metric: Metric,
+    /// Events kept in etcd; older ones are deleted (checked every 30 s).
+    pub keep_events: usize,
 }
 
 /// `POST /v1/vssds` on the fleet: what to create.
@@ -568,6 +570,7 @@ impl Scheduler {
             }
             let (mut keeper, mut acks) = c.lease_keep_alive(lease).await?;
             let mut tick = tokio::time::interval(self.cfg.ttl / 3);
+            let mut trim_every = tokio::time::Instant::now();
             loop {
                 tokio::select! {
                     _ = stop.changed() => {
@@ -576,6 +579,12 @@ impl Scheduler {
                         return Ok(true);
                     }
                     _ = tick.tick() => {
+                        if trim_every.elapsed() >= Duration::from_secs(30) {
+                            trim_every = tokio::time::Instant::now();
+                            if let Err(e) = self.trim_events().await {
+                                warn!(error = %e, "cannot trim the event log");
+                            }
+                        }
                         keeper.keep_alive().await?;
                         match acks.message().await? {
                             Some(a) if a.ttl() > 0 => {}
@@ -1279,6 +1288,51 @@ impl Scheduler {
         }))
     }
 
+    /// Keeps the event log to its last [`SchedulerConfig::keep_events`]
+    /// entries: one count and, when over, one range delete of the oldest.
+    async fn trim_events(&self) -> Result<(), ClusterError> {
+        let mut c = self.client.clone();
+        let prefix = self.keys.events();
+        let n = c
+            .get(
+                prefix.clone(),
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            )
+            .await?
+            .count();
+        let excess = n - self.cfg.keep_events as i64;
+        if excess <= 0 {
+            return Ok(());
+        }
+        let oldest = c
+            .get(
+                prefix.clone(),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_sort(SortTarget::Key, SortOrder::Ascend)
+                        .with_limit(excess),
+                ),
+            )
+            .await?;
+        if let Some(last) = oldest.kvs().last() {
+            let mut end = last.key().to_vec();
+            end.push(0);
+            c.delete(
+                prefix,
+                Some(etcd_client::DeleteOptions::new().with_range(end)),
+            )
+            .await?;
+            info!(
+                deleted = excess,
+                kept = self.cfg.keep_events,
+                "trimmed the fleet event log"
+            );
+        }
+        Ok(())
+    }
+
     /// While nobody leads (at start, or between a leader's death and the
     /// next election), waits up to one lease TTL for someone to, so that a
     /// request is served or forwarded rather than refused.
@@ -1554,20 +1608,19 @@ impl Scheduler {
         }
     }
 
-    /// The last `limit` events, oldest first.
-    pub async fn events(&self, limit: i64) -> Result<Vec<FleetEvent>, ClusterError> {
+    /// The last `limit` events after sequence number `since` (0: all), oldest
+    /// first.
+    pub async fn events(&self, limit: i64, since: u64) -> Result<Vec<FleetEvent>, ClusterError> {
         let mut c = self.client.clone();
-        let resp = c
-            .get(
-                self.keys.events(),
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_sort(SortTarget::Key, SortOrder::Descend)
-                        .with_limit(limit),
-                ),
-            )
-            .await?;
+        let mut opts = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Key, SortOrder::Descend)
+            .with_limit(limit);
+        if since > 0 {
+            // Sequence numbers are the events' etcd revisions.
+            opts = opts.with_min_mod_revision(since as i64 + 1);
+        }
+        let resp = c.get(self.keys.events(), Some(opts)).await?;
         let mut out: Vec<FleetEvent> = resp
             .kvs()
             .iter()
