@@ -15,20 +15,12 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{have, Daemon};
+use support::{free_port, have, Daemon};
 
 const BIN: &str = env!("CARGO_BIN_EXE_flexssd");
 /// Lease TTL of hosts and schedulers in these tests, seconds.
 const TTL: u64 = 2;
 const MIB: u64 = 1 << 20;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Polls `f` every 50 ms until it returns `Some`, or panics after `secs`.
 fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{have, is_root};
+use support::{free_port, have, is_root};
 
 /// Namespaces and links made by this test, removed on drop.
 struct Net {
@@ -97,14 +97,6 @@ impl Drop for Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn fleet(url: &str, args: &[&str]) -> std::process::Output {

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
-use support::{have, Daemon};
+use support::{free_port, have, Daemon};
 
 struct Kill(Child);
 
@@ -19,14 +19,6 @@ impl Drop for Kill {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn openssl(dir: &Path, args: &[&str]) {

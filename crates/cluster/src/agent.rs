@@ -87,7 +87,6 @@ pub struct Agent {
     cfg: AgentConfig,
     keys: Keys,
     host: Arc<dyn HostPort>,
-    wall: WallMs,
     started_ms: u64,
 }
 
@@ -99,7 +98,6 @@ impl Agent {
             keys: Keys::new(&cfg.prefix),
             cfg,
             host,
-            wall,
             started_ms,
         }
     }
@@ -337,10 +335,5 @@ impl Agent {
             .delete(self.keys.observed(&self.cfg.host_id, name), None)
             .await?;
         Ok(())
-    }
-
-    /// The wall clock the agent stamps records with.
-    pub fn wall(&self) -> &WallMs {
-        &self.wall
     }
 }

@@ -14,9 +14,10 @@
 //! thousands of vSSDs a second against etcd's disk-bound commit latency. If anything changed meanwhile (another
 //! scheduler that still thinks it leads, a host that went away), the
 //! transaction fails, the device is re-read, and the decision is made again.
-//! No lock is held across an etcd call except `place_lock`, an async mutex
-//! that orders this scheduler's own batches and deletes (so they do not
-//! conflict with each other) and guards no data.
+//! No lock is held across an etcd call: the view is a map behind a mutex
+//! taken only to read or update it, and this scheduler's own changes do not
+//! race each other because one task, the committer, makes them all in the
+//! order they were asked for.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -244,8 +245,7 @@ pub struct Scheduler {
     view: Mutex<View>,
     leader: Mutex<Option<LeaderRecord>>,
     active: AtomicBool,
-    place_lock: tokio::sync::Mutex<()>,
-    queue: tokio::sync::mpsc::UnboundedSender<Pending>,
+    queue: tokio::sync::mpsc::UnboundedSender<Job>,
     wall: WallMs,
     seq: AtomicU64,
 }
@@ -263,6 +263,16 @@ const BATCH: usize = 24;
 struct Pending {
     req: CreateRequest,
     tx: tokio::sync::oneshot::Sender<Result<VssdStatus, ClusterError>>,
+}
+
+/// What the committer does, in the order asked: it is the one task that
+/// changes bookings, so they never race each other and need no lock.
+enum Job {
+    Create(Pending),
+    Delete {
+        name: String,
+        tx: tokio::sync::oneshot::Sender<Result<(), ClusterError>>,
+    },
 }
 
 /// What one placement decided, before it is committed.
@@ -296,7 +306,6 @@ impl Scheduler {
             view: Mutex::new(View::default()),
             leader: Mutex::new(None),
             active: AtomicBool::new(false),
-            place_lock: tokio::sync::Mutex::new(()),
             queue,
             wall,
             seq: AtomicU64::new(0),
@@ -636,10 +645,10 @@ impl Scheduler {
         validate(req)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.queue
-            .send(Pending {
+            .send(Job::Create(Pending {
                 req: req.clone(),
                 tx,
-            })
+            }))
             .map_err(|_| ClusterError::Conflict("the scheduler is stopping".into()))?;
         rx.await
             .map_err(|_| ClusterError::Conflict("the scheduler is stopping".into()))?
@@ -650,20 +659,36 @@ impl Scheduler {
     /// transaction. If that fails (something changed under the batch), each
     /// is retried on its own, so one conflict costs a batch its speed, never
     /// its correctness.
-    async fn committer(self: Arc<Self>, mut rx: tokio::sync::mpsc::UnboundedReceiver<Pending>) {
+    async fn committer(self: Arc<Self>, mut rx: tokio::sync::mpsc::UnboundedReceiver<Job>) {
         let mut carry: Vec<Pending> = Vec::new();
+        let mut next: Option<Job> = None;
         loop {
             let mut batch = std::mem::take(&mut carry);
-            if batch.is_empty() {
-                match rx.recv().await {
-                    Some(p) => batch.push(p),
-                    None => return,
-                }
-            }
-            while batch.len() < BATCH {
-                match rx.try_recv() {
-                    Ok(p) => batch.push(p),
-                    Err(_) => break,
+            // Creates queued together form a batch; a delete ends it and
+            // runs after it, so jobs take effect in the order they came.
+            let mut delete = None;
+            loop {
+                let job = match next.take() {
+                    Some(j) => j,
+                    None if batch.is_empty() => match rx.recv().await {
+                        Some(j) => j,
+                        None => return,
+                    },
+                    None => match rx.try_recv() {
+                        Ok(j) => j,
+                        Err(_) => break,
+                    },
+                };
+                match job {
+                    Job::Create(p) if batch.len() < BATCH => batch.push(p),
+                    j @ Job::Create(_) => {
+                        next = Some(j);
+                        break;
+                    }
+                    Job::Delete { name, tx } => {
+                        delete = Some((name, tx));
+                        break;
+                    }
                 }
             }
             // A name twice in one batch waits for the next one.
@@ -672,8 +697,12 @@ impl Scheduler {
                 .into_iter()
                 .partition(|p| names.insert(p.req.name.clone()));
             carry = later;
-            let _order = self.place_lock.lock().await;
-            self.commit_batch(now).await;
+            if !now.is_empty() {
+                self.commit_batch(now).await;
+            }
+            if let Some((name, tx)) = delete {
+                let _ = tx.send(self.delete_now(&name).await);
+            }
         }
     }
 
@@ -814,7 +843,7 @@ impl Scheduler {
         )
     }
 
-    /// Places one request on its own (the caller holds `place_lock`).
+    /// Places one request on its own (from the committer).
     async fn create_one(&self, req: &CreateRequest) -> Result<VssdStatus, ClusterError> {
         if !self.is_active() {
             return Err(self.not_leader());
@@ -832,21 +861,7 @@ impl Scheduler {
             } else {
                 Compare::mod_revision(akey.clone(), CompareOp::Equal, plan.expect_rev)
             };
-            let ev = self.make_event(
-                "vssd-placed",
-                Some(&plan.vssd.host),
-                format!(
-                    "{} placed on {}/{} channels {:?}{}",
-                    plan.vssd.name,
-                    plan.vssd.host,
-                    plan.vssd.device,
-                    plan.vssd.channels,
-                    plan.vssd
-                        .blocks
-                        .map(|(s, e)| format!(" blocks {s}..{e}"))
-                        .unwrap_or_default()
-                ),
-            );
+            let ev = self.placed_event(&plan.vssd);
             let txn = Txn::new()
                 .when(vec![
                     Compare::create_revision(vkey.clone(), CompareOp::Equal, 0),
@@ -1349,7 +1364,22 @@ impl Scheduler {
         if !self.is_active() {
             return Err(self.not_leader());
         }
-        let _order = self.place_lock.lock().await;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.queue
+            .send(Job::Delete {
+                name: name.to_string(),
+                tx,
+            })
+            .map_err(|_| ClusterError::Conflict("the scheduler is stopping".into()))?;
+        rx.await
+            .map_err(|_| ClusterError::Conflict("the scheduler is stopping".into()))?
+    }
+
+    /// Deletes one vSSD (from the committer).
+    async fn delete_now(&self, name: &str) -> Result<(), ClusterError> {
+        if !self.is_active() {
+            return Err(self.not_leader());
+        }
         let mut c = self.client.clone();
         let vkey = self.keys.vssd(name);
         for _ in 0..8 {
