@@ -21,7 +21,7 @@ use axum::{Json, Router};
 use clap::{Args, Subcommand};
 use cluster::etcd::EtcdConfig;
 use cluster::keys::FleetEvent;
-use cluster::scheduler::{FleetStatus, HostStatus, VssdStatus};
+use cluster::scheduler::{FleetHarvestStatus, FleetStatus, HostStatus, VssdStatus};
 use cluster::{ClusterError, CreateRequest, Scheduler, SchedulerConfig};
 use control::format_size;
 use serde::Deserialize;
@@ -654,6 +654,81 @@ async fn h_delete(
     }
 }
 
+async fn h_harvest_list(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<FleetHarvestStatus>>, FleetError> {
+    check_token(&st, &headers)?;
+    Ok(Json(st.sched.harvest_list().await?))
+}
+
+async fn h_harvest_show(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<FleetHarvestStatus>, FleetError> {
+    check_token(&st, &headers)?;
+    Ok(Json(st.sched.harvest_show(&name).await?))
+}
+
+async fn h_harvest_request(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(e) = check_token(&st, &headers) {
+        return e.into_response();
+    }
+    let req: control::HarvestRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return FleetError(
+                StatusCode::BAD_REQUEST,
+                format!("invalid harvest request: {e}"),
+            )
+            .into_response()
+        }
+    };
+    match st.sched.harvest_request(&req).await {
+        Ok(v) => (StatusCode::CREATED, Json(v)).into_response(),
+        Err(e) => {
+            forward(
+                &st,
+                Method::POST,
+                "/v1/harvest/volumes".into(),
+                &headers,
+                Some(body),
+                e,
+            )
+            .await
+        }
+    }
+}
+
+async fn h_harvest_release(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    if let Err(e) = check_token(&st, &headers) {
+        return e.into_response();
+    }
+    match st.sched.harvest_release(&name).await {
+        Ok(()) => Json(serde_json::json!({ "released": name })).into_response(),
+        Err(e) => {
+            forward(
+                &st,
+                Method::DELETE,
+                format!("/v1/harvest/volumes/{name}"),
+                &headers,
+                None,
+                e,
+            )
+            .await
+        }
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EventsQuery {
@@ -778,6 +853,14 @@ fn serve(a: &ServeArgs, ca_file: Option<&std::path::Path>) -> Result<()> {
             .route("/v1/vssds/:name", get(h_show).delete(h_delete))
             .route("/v1/events", get(h_events))
             .route("/v1/gssds", get(h_gssds))
+            .route(
+                "/v1/harvest/volumes",
+                get(h_harvest_list).post(h_harvest_request),
+            )
+            .route(
+                "/v1/harvest/volumes/:name",
+                get(h_harvest_show).delete(h_harvest_release),
+            )
             .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
             .with_state(st);
         info!(id = %a.id, "fleet API listening on {scheme}://{}", a.listen);

@@ -262,6 +262,86 @@ pub fn harvest(a: &HarvestArgs, api: &str) -> Result<()> {
     }
 }
 
+/// Runs `flexssd --cluster URL harvest ...`: the request goes to the fleet
+/// scheduler, which serves it from the best-fit gSSD anywhere in the fleet.
+pub fn fleet_harvest(a: &HarvestArgs, url: &str) -> Result<()> {
+    use cluster::scheduler::FleetHarvestStatus;
+    let c = Client::new(url);
+    match &a.cmd {
+        HarvestCmd::Status { .. } | HarvestCmd::Tick => anyhow::bail!(
+            "`harvest status` and `harvest tick` act on one host's harvester: use --api URL (a host's, from `flexssd --cluster URL cluster hosts --json`); fleet-wide, `gssd list` shows the pool"
+        ),
+        HarvestCmd::Request {
+            name,
+            tenant,
+            capacity,
+            bandwidth,
+            duration,
+        } => {
+            let req = HarvestRequest {
+                name: name.clone(),
+                tenant: tenant.clone(),
+                capacity: control::ByteSize(*capacity),
+                bandwidth: *bandwidth,
+                duration_s: *duration,
+            };
+            let v: FleetHarvestStatus = c.post("/v1/harvest/volumes", &req)?;
+            match &v.uri {
+                Some(uri) => println!(
+                    "harvest volume {} for {} on host {}: {} on gSSD(s) {}\n{uri}",
+                    v.volume.name,
+                    v.volume.tenant,
+                    v.volume.host,
+                    format_size(v.size_bytes),
+                    v.gssds
+                        .iter()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+                None => println!(
+                    "harvest volume {} for {} booked on host {}; the host has not served it yet (see `harvest show {}`)",
+                    v.volume.name, v.volume.tenant, v.volume.host, v.volume.name
+                ),
+            }
+            Ok(())
+        }
+        HarvestCmd::Release { name } => {
+            let _: serde_json::Value = c.delete(&format!("/v1/harvest/volumes/{name}"))?;
+            println!("released harvest volume {name} (its host erases its gSSDs)");
+            Ok(())
+        }
+        HarvestCmd::Volumes { json } => {
+            let vs: Vec<FleetHarvestStatus> = c.get("/v1/harvest/volumes")?;
+            if *json {
+                return print_json(&vs);
+            }
+            let rows: Vec<Vec<String>> = vs
+                .iter()
+                .map(|v| {
+                    vec![
+                        v.volume.name.clone(),
+                        v.volume.tenant.clone(),
+                        v.volume.host.clone(),
+                        format_size(v.size_bytes.max(v.volume.capacity_bytes)),
+                        v.state.clone(),
+                        v.uri.clone().or_else(|| v.error.clone()).unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            table(
+                &["NAME", "TENANT", "HOST", "SIZE", "STATE", "URI_OR_ERROR"],
+                &rows,
+            );
+            Ok(())
+        }
+        HarvestCmd::Show { name } => {
+            let v: FleetHarvestStatus = c.get(&format!("/v1/harvest/volumes/{name}"))?;
+            print_json(&v)
+        }
+    }
+}
+
 /// Runs `flexssd gssd ...`.
 pub fn gssd(a: &GssdArgs, api: &str) -> Result<()> {
     let c = Client::new(api);

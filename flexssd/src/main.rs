@@ -276,9 +276,6 @@ fn fleet_vssd(url: &str, cmd: &VssdCmd) -> anyhow::Result<()> {
             if channel_ids.is_some() || blocks.is_some() || device.is_some() || gc.is_some() {
                 anyhow::bail!("with --cluster the scheduler places the vSSD: --channel-ids, --blocks, --device and --gc are not available (name a --host instead)");
             }
-            if *role != control::TenantRole::Regular {
-                anyhow::bail!("with --cluster only regular vSSDs can be created; harvest tenants ask with `harvest request` on the host");
-            }
             if sla.weight.is_some() || sla.burst {
                 anyhow::bail!("--sla-weight and --sla-burst are not available with --cluster (the fleet places by curve and percentile); set them on the host afterwards with `flexssd --api URL sla set`");
             }
@@ -300,6 +297,7 @@ fn fleet_vssd(url: &str, cmd: &VssdCmd) -> anyhow::Result<()> {
                 capacity: *capacity,
                 tenant: tenant.clone(),
                 host: host.clone(),
+                role: *role,
             };
             cluster_cmd::create(url, &req)
         }
@@ -348,10 +346,10 @@ fn main() -> ExitCode {
         Command::Tier(a) => tier_cmd::run(a, &api_url(&a.client)),
         Command::Elastic(a) => elastic_cmd::run(a, a.api.as_deref().unwrap_or(&cli.api)),
         Command::Sim(SimCmd::Elastic(a)) => elastic_cmd::sim(a),
-        Command::Harvest(_) if cli.cluster.is_some() => Err(anyhow::anyhow!(
-            "harvest requests are not fleet-wide yet: `flexssd --cluster URL gssd list` shows every host's gSSDs; send the request to that host's API (`flexssd --api URL harvest request ...`, the URL from `cluster hosts --json`)"
-        )),
-        Command::Harvest(a) => harvest_cmd::harvest(a, &api_url(&a.client)),
+        Command::Harvest(a) => match &cli.cluster {
+            Some(url) => harvest_cmd::fleet_harvest(a, url),
+            None => harvest_cmd::harvest(a, &api_url(&a.client)),
+        },
         Command::Gssd(a) => match &cli.cluster {
             Some(url) => cluster_cmd::gssds(url, a.json()),
             None => harvest_cmd::gssd(a, &api_url(&a.client)),
@@ -360,13 +358,11 @@ fn main() -> ExitCode {
             Some(url) => cluster_cmd::events(url, a.since, a.follow, a.json),
             None => harvest_cmd::events(a, &api_url(&a.client)),
         },
-        Command::Cluster(a) => {
-            cluster_cmd::run(
-                a,
-                cli.cluster.as_deref().unwrap_or("http://127.0.0.1:8750"),
-                cli.ca_file.as_deref(),
-            )
-        }
+        Command::Cluster(a) => cluster_cmd::run(
+            a,
+            cli.cluster.as_deref().unwrap_or("http://127.0.0.1:8750"),
+            cli.ca_file.as_deref(),
+        ),
         Command::Token(a) => token_cmd::run(a, &api_url(&a.client)),
         Command::Config(ConfigCmd::Default) => {
             print!("{}", control::DEFAULT_CONFIG);

@@ -1622,3 +1622,283 @@ fn full_units_spill_over_and_host_pins_are_obeyed() {
     assert_eq!(code, 201, "{v}");
     assert_eq!(v["host"], "h2", "{v}");
 }
+
+/// `[harvest]` for a fleet host: the fixed lending policy, a fast period,
+/// and its free channels lent as gSSDs for 600 s.
+const HARVEST: &str = "\n[harvest]\nenabled = true\npolicy = \"fixed\"\ntick_ms = 200\n\
+    granule_s = 60\nlend_for_s = 600\nunsold = true\nunsold_policy = \"fixed\"\n";
+
+/// The fleet's harvest volumes in etcd: name → FleetHarvest JSON.
+fn harvest_index(f: &Fleet) -> BTreeMap<String, Value> {
+    f.etcd
+        .get_prefix("/flexssd/harvest/")
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                k.strip_prefix("/flexssd/harvest/").unwrap().to_string(),
+                serde_json::from_str(&v).unwrap_or_else(|e| panic!("{k}: {e}: {v}")),
+            )
+        })
+        .collect()
+}
+
+/// Names of a host's own harvest volumes (its API).
+fn host_volumes(h: &Host) -> Vec<String> {
+    let body = h.d.get("/v1/harvest/volumes").unwrap_or_default();
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|x| x["name"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// BlockFlex's pool, fleet-wide: a harvest tenant on h1 asks the scheduler
+/// for flash and gets a volume on h2's gSSD, exported by h2 (fio verifies
+/// it); bad requests are refused clearly; release erases it on h2; a lost
+/// host's volume goes through the eviction path and the host erases it when
+/// it returns; deleting the tenant releases its volumes.
+#[test]
+fn fleet_harvest_serves_from_any_host() {
+    require!(tools().is_ok(), tools().unwrap_err());
+    require!(have("fio"), "fio is not installed");
+    let mut f = Fleet::start(0, 1, 1);
+    let url = f.url();
+    let ep = f.etcd.url();
+    f.hosts.push(Host::start(&ep, "h1", 1, ""));
+    f.hosts.push(Host::start(&ep, "h2", 1, HARVEST));
+    f.wait_alive(&["h1".to_string(), "h2".to_string()], 30);
+    // The tenant, pinned to h1 (whose harvester is off), and a regular vSSD.
+    f.cli_ok(
+        &url,
+        &[
+            "vssd",
+            "create",
+            "t",
+            "--channels",
+            "2",
+            "--host",
+            "h1",
+            "--role",
+            "harvest",
+        ],
+    );
+    f.cli_ok(
+        &url,
+        &["vssd", "create", "reg", "--channels", "1", "--host", "h1"],
+    );
+    f.wait_ready(&["t".to_string(), "reg".to_string()], 30);
+    assert_eq!(f.index()["t"]["role"], "harvest");
+    // h2's unsold channels become gSSDs, and the fleet's pool shows them.
+    wait_for(30, "h2's gSSDs in the fleet pool", || {
+        let g = http_ok("GET", &format!("{url}/v1/gssds"), None);
+        g.as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["host"] == "h2" && x["in_use"] == false)
+            .then_some(())
+    });
+
+    // Bad requests, each refused with what is wrong.
+    let req = |name: &str, tenant: &str, cap: &str| json!({ "name": name, "tenant": tenant, "capacity": cap, "bandwidth": 2, "duration_s": 60 });
+    let (code, e) = http(
+        "POST",
+        &format!("{url}/v1/harvest/volumes"),
+        Some(&req("x", "ghost", "64MiB")),
+    );
+    assert_eq!(code, 404, "{e}");
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("no vSSD named \"ghost\""),
+        "{e}"
+    );
+    let (code, e) = http(
+        "POST",
+        &format!("{url}/v1/harvest/volumes"),
+        Some(&req("x", "reg", "64MiB")),
+    );
+    assert_eq!(code, 400, "{e}");
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a harvest tenant"),
+        "{e}"
+    );
+    let (code, e) = http(
+        "POST",
+        &format!("{url}/v1/harvest/volumes"),
+        Some(&req("x", "t", "500GiB")),
+    );
+    assert!(code >= 400, "{e}");
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("no gSSD in the fleet"),
+        "{e}"
+    );
+    let (code, e) = http(
+        "POST",
+        &format!("{url}/v1/harvest/volumes"),
+        Some(&req("reg", "t", "64MiB")),
+    );
+    assert_eq!(code, 409, "a harvest volume took a vSSD's name: {e}");
+    assert!(
+        harvest_index(&f).is_empty(),
+        "a refused request left a booking"
+    );
+
+    // The request, through the CLI: served by h2, exported by h2.
+    let out = f.cli_ok(
+        &url,
+        &[
+            "harvest",
+            "request",
+            "hv1",
+            "--tenant",
+            "t",
+            "--capacity",
+            "64M",
+            "--bandwidth",
+            "2",
+            "--duration",
+            "60",
+        ],
+    );
+    eprintln!("harvest request: {out}");
+    let h2nbd = f.host("h2").nbd;
+    let uri = format!("nbd://127.0.0.1:{h2nbd}/hv1");
+    assert!(out.contains("on host h2") && out.contains(&uri), "{out}");
+    let show: Value = serde_json::from_str(&f.cli_ok(&url, &["harvest", "show", "hv1"])).unwrap();
+    assert_eq!(show["state"], "active", "{show}");
+    assert_eq!(show["host"], "h2", "{show}");
+    assert_eq!(show["tenant"], "t", "{show}");
+    assert!(!show["gssds"].as_array().unwrap().is_empty(), "{show}");
+    assert_eq!(host_volumes(f.host("h2")), vec!["hv1".to_string()]);
+    assert!(host_volumes(f.host("h1")).is_empty());
+    fio_verify(&uri, f.etcd.dir.path());
+    // A vSSD cannot take the volume's name either.
+    let o = f.cli(&url, &["vssd", "create", "hv1", "--channels", "1"]);
+    assert!(
+        !o.status.success(),
+        "a vSSD took a harvest volume's name: {}",
+        text(&o)
+    );
+    // The pool shows its gSSD in use once h2 republishes.
+    let used: Vec<u64> = show["gssds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_u64().unwrap())
+        .collect();
+    wait_for(10, "the fleet pool to show hv1's gSSD in use", || {
+        let g = http_ok("GET", &format!("{url}/v1/gssds"), None);
+        g.as_array()
+            .unwrap()
+            .iter()
+            .any(|x| {
+                x["host"] == "h2"
+                    && x["in_use"] == true
+                    && used.contains(&x["id"].as_u64().unwrap())
+            })
+            .then_some(())
+    });
+    let list = f.cli_ok(&url, &["harvest", "volumes"]);
+    assert!(list.contains("hv1") && list.contains("active"), "{list}");
+
+    // Release: the booking goes, h2 erases and returns the gSSD.
+    f.cli_ok(&url, &["harvest", "release", "hv1"]);
+    assert!(harvest_index(&f).is_empty());
+    wait_for(30, "h2 to release hv1", || {
+        host_volumes(f.host("h2")).is_empty().then_some(())
+    });
+    let o = f.cli(&url, &["harvest", "release", "hv1"]);
+    assert!(
+        !o.status.success() && text(&o).contains("no harvest volume named"),
+        "{}",
+        text(&o)
+    );
+
+    // Host loss: the eviction path; the host erases the volume on return.
+    f.cli_ok(
+        &url,
+        &[
+            "harvest",
+            "request",
+            "hv2",
+            "--tenant",
+            "t",
+            "--capacity",
+            "64M",
+            "--duration",
+            "60",
+        ],
+    );
+    wait_for(10, "h2 to serve hv2", || {
+        (host_volumes(f.host("h2")) == vec!["hv2".to_string()]).then_some(())
+    });
+    f.host_mut("h2").d.kill9();
+    let t0 = Instant::now();
+    let s = wait_for(20, "hv2 to be evicted", || {
+        let s = http_ok("GET", &format!("{url}/v1/harvest/volumes/hv2"), None);
+        (s["state"] == "evicted").then_some(s)
+    });
+    eprintln!("h2 killed; hv2 evicted after {:?}: {s}", t0.elapsed());
+    let events = http_ok("GET", &format!("{url}/v1/events?limit=1000"), None);
+    assert!(
+        events.as_array().unwrap().iter().any(
+            |e| e["kind"] == "harvest-evicted" && e["detail"].as_str().unwrap().contains("hv2")
+        ),
+        "no harvest-evicted event: {events}"
+    );
+    // Nothing is placed on a lost host.
+    let (code, e) = http(
+        "POST",
+        &format!("{url}/v1/harvest/volumes"),
+        Some(&req("hv3", "t", "64MiB")),
+    );
+    assert!(
+        code >= 400
+            && e["error"]
+                .as_str()
+                .unwrap()
+                .contains("no gSSD in the fleet"),
+        "{code} {e}"
+    );
+    f.host_mut("h2").d.restart();
+    f.wait_alive(&["h2".to_string()], 30);
+    wait_for(30, "h2 to erase the evicted hv2", || {
+        host_volumes(f.host("h2")).is_empty().then_some(())
+    });
+    assert_eq!(
+        http_ok("GET", &format!("{url}/v1/harvest/volumes/hv2"), None)["state"],
+        "evicted"
+    );
+    f.cli_ok(&url, &["harvest", "release", "hv2"]);
+
+    // Deleting the tenant releases its volumes wherever they are.
+    wait_for(30, "h2's gSSDs back in the pool", || {
+        let g = http_ok("GET", &format!("{url}/v1/gssds"), None);
+        g.as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["host"] == "h2" && x["in_use"] == false)
+            .then_some(())
+    });
+    http_ok(
+        "POST",
+        &format!("{url}/v1/harvest/volumes"),
+        Some(&req("hv3", "t", "64MiB")),
+    );
+    assert_eq!(host_volumes(f.host("h2")), vec!["hv3".to_string()]);
+    f.cli_ok(&url, &["vssd", "delete", "t"]);
+    assert!(harvest_index(&f).is_empty(), "{:?}", harvest_index(&f));
+    wait_for(30, "h2 to release hv3 with its tenant", || {
+        host_volumes(f.host("h2")).is_empty().then_some(())
+    });
+}

@@ -22,14 +22,16 @@ use tracing::{info, warn};
 
 use crate::etcd::{self, EtcdConfig};
 use crate::keys::{
-    decode, encode, DeviceSummary, FleetVssd, GssdSummary, HostRecord, Keys, ObservedState,
-    ObservedVssd,
+    decode, encode, DeviceSummary, FleetHarvest, FleetVssd, GssdSummary, HarvestState, HostRecord,
+    Keys, ObservedHarvest, ObservedState, ObservedVssd,
 };
 use crate::{ClusterError, WallMs};
 
 /// What the agent needs of its host. Calls may block (they create vSSDs and
 /// erase flash): the agent runs them on the blocking pool.
 pub trait HostPort: Send + Sync + 'static {
+    /// The host's clock now, milliseconds (gSSD expiries are on this clock).
+    fn now_ms(&self) -> u64;
     /// The host's devices, as the fleet sees them.
     fn devices(&self) -> Vec<DeviceSummary>;
     /// The host's gSSD pool.
@@ -39,6 +41,14 @@ pub trait HostPort: Send + Sync + 'static {
     fn ensure_vssd(&self, v: &FleetVssd) -> Result<u64, String>;
     /// Removes vSSD `name` (fine if it does not exist).
     fn remove_vssd(&self, name: &str) -> Result<(), String>;
+    /// Makes sure harvest volume `h` is served here (its tenant lives
+    /// anywhere in the fleet); returns its report. Idempotent.
+    fn ensure_harvest(&self, h: &FleetHarvest) -> Result<ObservedHarvest, String>;
+    /// The report on harvest volume `name`, `None` if the host has none.
+    fn harvest_report(&self, name: &str) -> Option<ObservedHarvest>;
+    /// Releases harvest volume `name`, erasing its gSSDs (fine if it does
+    /// not exist).
+    fn release_harvest(&self, name: &str) -> Result<(), String>;
 }
 
 /// The agent's settings.
@@ -88,17 +98,20 @@ pub struct Agent {
     keys: Keys,
     host: Arc<dyn HostPort>,
     started_ms: u64,
+    clock_origin_ms: u64,
 }
 
 impl Agent {
     /// An agent for `host`.
     pub fn new(cfg: AgentConfig, host: Arc<dyn HostPort>, wall: WallMs) -> Self {
         let started_ms = wall();
+        let clock_origin_ms = started_ms.saturating_sub(host.now_ms());
         Agent {
             keys: Keys::new(&cfg.prefix),
             cfg,
             host,
             started_ms,
+            clock_origin_ms,
         }
     }
 
@@ -111,6 +124,7 @@ impl Agent {
             devices,
             gssds,
             started_ms: self.started_ms,
+            clock_origin_ms: self.clock_origin_ms,
         }
     }
 
@@ -230,6 +244,18 @@ impl Agent {
                 ),
             )
             .await?;
+        // Harvest volumes the fleet placed here, the same way.
+        let (mut hseen, hrev) = self.harvest_reconcile(client).await?;
+        let mut hstream = client
+            .watch(
+                self.keys.hdesired_of(&self.cfg.host_id),
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(hrev + 1),
+                ),
+            )
+            .await?;
 
         let mut renew = tokio::time::interval(self.cfg.ttl / 3);
         let mut publish = tokio::time::interval(self.cfg.publish);
@@ -252,6 +278,34 @@ impl Agent {
                     if now != published {
                         client.put(hkey.clone(), encode(&now), Some(PutOptions::new().with_lease(lease))).await?;
                         published = now;
+                    }
+                    self.harvest_refresh(client, &mut hseen).await?;
+                }
+                msg = hstream.message() => {
+                    let Some(resp) = msg? else {
+                        return Err(ClusterError::Conflict("the watch on desired harvest volumes closed".into()));
+                    };
+                    if resp.canceled() {
+                        return Err(ClusterError::Conflict(format!("the harvest watch was cancelled: {}", resp.cancel_reason())));
+                    }
+                    for ev in resp.events() {
+                        let Some(kv) = ev.kv() else { continue };
+                        let key = String::from_utf8_lossy(kv.key()).into_owned();
+                        match ev.event_type() {
+                            EventType::Put => match decode::<FleetHarvest>(kv.key(), kv.value()) {
+                                Ok(h) => {
+                                    let prev = hseen.get(&h.name).cloned();
+                                    let o = self.harvest_converge(client, &h, prev.as_ref()).await?;
+                                    hseen.insert(h.name.clone(), o);
+                                }
+                                Err(e) => warn!(error = %e, "ignoring a desired harvest volume"),
+                            },
+                            EventType::Delete => {
+                                let name = Keys::last(&key).to_string();
+                                hseen.remove(&name);
+                                self.harvest_release(client, &name).await?;
+                            }
+                        }
                     }
                 }
                 msg = stream.message() => {
@@ -285,12 +339,7 @@ impl Agent {
                 state: ObservedState::Ready,
                 error: None,
                 capacity_bytes: bytes,
-                uri: Some(format!(
-                    "{}://{}/{}",
-                    if self.cfg.nbd_tls { "nbds" } else { "nbd" },
-                    self.cfg.nbd,
-                    v.name
-                )),
+                uri: Some(self.uri(&v.name)),
             },
             Err(e) => {
                 warn!(vssd = %v.name, error = %e, "cannot create a desired vSSD");
@@ -308,6 +357,201 @@ impl Agent {
                 encode(&obs),
                 None,
             )
+            .await?;
+        Ok(())
+    }
+
+    fn uri(&self, name: &str) -> String {
+        format!(
+            "{}://{}/{}",
+            if self.cfg.nbd_tls { "nbds" } else { "nbd" },
+            self.cfg.nbd,
+            name
+        )
+    }
+
+    /// Session start for harvest volumes: releases what the host served and
+    /// the fleet no longer wants, serves what it wants. Returns the reports
+    /// written and the revision to watch from.
+    async fn harvest_reconcile(
+        &self,
+        client: &mut Client,
+    ) -> Result<(BTreeMap<String, ObservedHarvest>, i64), ClusterError> {
+        let host = &self.cfg.host_id;
+        let resp = client
+            .get(
+                self.keys.hdesired_of(host),
+                Some(GetOptions::new().with_prefix()),
+            )
+            .await?;
+        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+        let desired: Vec<FleetHarvest> = resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                decode(kv.key(), kv.value())
+                    .map_err(|e| warn!(error = %e, "ignoring a desired harvest volume"))
+                    .ok()
+            })
+            .collect();
+        let mut prev: BTreeMap<String, Option<ObservedHarvest>> = BTreeMap::new();
+        for kv in client
+            .get(
+                self.keys.hobserved_of(host),
+                Some(GetOptions::new().with_prefix()),
+            )
+            .await?
+            .kvs()
+        {
+            let name = Keys::last(&String::from_utf8_lossy(kv.key())).to_string();
+            let o = decode::<ObservedHarvest>(kv.key(), kv.value())
+                .map_err(|e| warn!(error = %e, "ignoring a harvest report"))
+                .ok();
+            prev.insert(name, o);
+        }
+        for gone in prev
+            .keys()
+            .filter(|n| !desired.iter().any(|h| &&h.name == n))
+        {
+            self.harvest_release(client, gone).await?;
+        }
+        let mut seen = BTreeMap::new();
+        for h in &desired {
+            let p = prev.get(&h.name).cloned().flatten();
+            let o = self.harvest_converge(client, h, p.as_ref()).await?;
+            seen.insert(h.name.clone(), o);
+        }
+        Ok((seen, rev))
+    }
+
+    /// Serves one desired harvest volume and reports on it. A volume the
+    /// host once served and no longer has was evicted here (its gSSDs were
+    /// reclaimed with nowhere to migrate): it is reported `evicted`, never
+    /// created again behind the tenant's back.
+    async fn harvest_converge(
+        &self,
+        client: &mut Client,
+        h: &FleetHarvest,
+        prev: Option<&ObservedHarvest>,
+    ) -> Result<ObservedHarvest, ClusterError> {
+        let served_before = prev.is_some_and(|o| o.state != HarvestState::Error);
+        let want = h.clone();
+        let res = self
+            .blocking(move |hp| match hp.harvest_report(&want.name) {
+                Some(r) => Ok(Some(r)),
+                None if served_before => Ok(None),
+                None => hp.ensure_harvest(&want).map(Some),
+            })
+            .await;
+        let obs = match res {
+            Ok(Some(mut r)) => {
+                r.uri = Some(self.uri(&h.name));
+                r
+            }
+            Ok(None) => evicted(
+                prev,
+                "its host no longer serves it (its gSSDs were reclaimed)",
+            ),
+            Err(e) => {
+                warn!(volume = %h.name, error = %e, "cannot create a desired harvest volume");
+                ObservedHarvest {
+                    state: HarvestState::Error,
+                    error: Some(e),
+                    uri: None,
+                    size_bytes: 0,
+                    gssds: Vec::new(),
+                    until_s: 0,
+                    evict_by_s: None,
+                }
+            }
+        };
+        if prev != Some(&obs) {
+            client
+                .put(
+                    self.keys.hobserved(&self.cfg.host_id, &h.name),
+                    encode(&obs),
+                    None,
+                )
+                .await?;
+        }
+        Ok(obs)
+    }
+
+    /// Republishes the reports of served volumes that changed (migrating,
+    /// under eviction notice, evicted).
+    async fn harvest_refresh(
+        &self,
+        client: &mut Client,
+        seen: &mut BTreeMap<String, ObservedHarvest>,
+    ) -> Result<(), ClusterError> {
+        let live: Vec<String> = seen
+            .iter()
+            .filter(|(_, o)| !matches!(o.state, HarvestState::Evicted | HarvestState::Error))
+            .map(|(n, _)| n.clone())
+            .collect();
+        if live.is_empty() {
+            return Ok(());
+        }
+        let reports = self
+            .blocking(move |hp| {
+                live.into_iter()
+                    .map(|n| {
+                        let r = hp.harvest_report(&n);
+                        (n, r)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await;
+        for (name, r) in reports {
+            let prev = seen.get(&name);
+            let obs = match r {
+                Some(mut r) => {
+                    r.uri = Some(self.uri(&name));
+                    r
+                }
+                None => evicted(
+                    prev,
+                    "its host no longer serves it (its gSSDs were reclaimed)",
+                ),
+            };
+            if prev != Some(&obs) {
+                client
+                    .put(
+                        self.keys.hobserved(&self.cfg.host_id, &name),
+                        encode(&obs),
+                        None,
+                    )
+                    .await?;
+                seen.insert(name, obs);
+            }
+        }
+        Ok(())
+    }
+
+    async fn harvest_release(&self, client: &mut Client, name: &str) -> Result<(), ClusterError> {
+        let n = name.to_string();
+        if let Err(e) = self.blocking(move |h| h.release_harvest(&n)).await {
+            warn!(volume = %name, error = %e, "cannot release a harvest volume the fleet no longer wants");
+            let obs = ObservedHarvest {
+                state: HarvestState::Error,
+                error: Some(format!("releasing: {e}")),
+                uri: None,
+                size_bytes: 0,
+                gssds: Vec::new(),
+                until_s: 0,
+                evict_by_s: None,
+            };
+            client
+                .put(
+                    self.keys.hobserved(&self.cfg.host_id, name),
+                    encode(&obs),
+                    None,
+                )
+                .await?;
+            return Ok(());
+        }
+        client
+            .delete(self.keys.hobserved(&self.cfg.host_id, name), None)
             .await?;
         Ok(())
     }
@@ -335,5 +579,18 @@ impl Agent {
             .delete(self.keys.observed(&self.cfg.host_id, name), None)
             .await?;
         Ok(())
+    }
+}
+
+/// The report of a volume that is gone from its host.
+fn evicted(prev: Option<&ObservedHarvest>, why: &str) -> ObservedHarvest {
+    ObservedHarvest {
+        state: HarvestState::Evicted,
+        error: Some(why.to_string()),
+        uri: None,
+        size_bytes: prev.map_or(0, |p| p.size_bytes),
+        gssds: Vec::new(),
+        until_s: prev.map_or(0, |p| p.until_s),
+        evict_by_s: None,
     }
 }

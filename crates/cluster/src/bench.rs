@@ -18,7 +18,7 @@ use tokio::sync::watch;
 
 use crate::agent::{Agent, AgentConfig, HostPort};
 use crate::etcd::{self, EtcdConfig};
-use crate::keys::{DeviceSummary, FleetVssd, GssdSummary};
+use crate::keys::{DeviceSummary, FleetHarvest, FleetVssd, GssdSummary, ObservedHarvest};
 use crate::scheduler::{CreateRequest, Scheduler, SchedulerConfig};
 use crate::{ClusterError, WallMs};
 
@@ -41,6 +41,9 @@ impl LightHost {
 }
 
 impl HostPort for LightHost {
+    fn now_ms(&self) -> u64 {
+        0
+    }
     fn devices(&self) -> Vec<DeviceSummary> {
         let v = self.vssds.lock();
         (0..self.devices)
@@ -72,6 +75,18 @@ impl HostPort for LightHost {
     }
     fn remove_vssd(&self, name: &str) -> Result<(), String> {
         self.vssds.lock().remove(name);
+        Ok(())
+    }
+    fn ensure_harvest(&self, h: &FleetHarvest) -> Result<ObservedHarvest, String> {
+        Err(format!(
+            "harvest volume {:?}: a light host of the scale benchmark has no flash to lend",
+            h.name
+        ))
+    }
+    fn harvest_report(&self, _name: &str) -> Option<ObservedHarvest> {
+        None
+    }
+    fn release_harvest(&self, _name: &str) -> Result<(), String> {
         Ok(())
     }
 }

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use control::{BlockRange, ByteSize, HostManager, VssdSpec};
 
 use crate::agent::HostPort;
-use crate::keys::{DeviceSummary, FleetVssd, GssdSummary};
+use crate::keys::{
+    DeviceSummary, FleetHarvest, FleetVssd, GssdSummary, HarvestState, ObservedHarvest,
+};
 
 /// A daemon's host manager, as the fleet sees it.
 pub struct ManagerHost {
@@ -19,8 +21,34 @@ impl ManagerHost {
     }
 }
 
+fn report(v: &control::HarvestVolumeInfo) -> ObservedHarvest {
+    ObservedHarvest {
+        state: match v.state.as_str() {
+            "evicting" => HarvestState::Evicting,
+            "migrating" => HarvestState::Migrating,
+            _ => HarvestState::Active,
+        },
+        error: None,
+        uri: None,
+        size_bytes: v.size_bytes,
+        gssds: v.segments.iter().map(|s| s.gssd).collect(),
+        until_s: v.until_s,
+        evict_by_s: v.evict_by_s,
+    }
+}
+
 impl HostPort for ManagerHost {
+    fn now_ms(&self) -> u64 {
+        self.mgr.clock().now() / 1_000_000
+    }
+
     fn devices(&self) -> Vec<DeviceSummary> {
+        // Channels lent as unsold gSSDs are for sale: a vSSD placed on them
+        // takes them back (the host reclaims the gSSD when it is created).
+        let mut unsold: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
+        for g in self.mgr.gssds().into_iter().filter(|g| g.home.is_none()) {
+            unsold.entry(g.device).or_default().extend(g.channels);
+        }
         self.mgr
             .devices()
             .into_iter()
@@ -49,13 +77,17 @@ impl HostPort for ManagerHost {
                         ftl::max_capacity(&g, &ext) > 0
                     })
                     .unwrap_or(g.blocks_per_plane);
+                let mut free_channels = d.free_channels;
+                free_channels.extend(unsold.remove(&d.name).unwrap_or_default());
+                free_channels.sort_unstable();
+                free_channels.dedup();
                 DeviceSummary {
                     spare_blocks,
                     name: d.name,
                     channels: g.channels,
                     blocks_per_plane: g.blocks_per_plane,
                     row_bytes,
-                    free_channels: d.free_channels,
+                    free_channels,
                     unit_curves,
                 }
             })
@@ -104,11 +136,48 @@ impl HostPort for ManagerHost {
                 ..Default::default()
             }),
             tenant: v.tenant.clone(),
+            role: v.role,
             ..Default::default()
         };
         self.mgr
             .create_vssd(&spec)
             .map(|i| i.capacity_bytes)
+            .map_err(|e| e.to_string())
+    }
+
+    fn ensure_harvest(&self, h: &FleetHarvest) -> Result<ObservedHarvest, String> {
+        if let Ok(v) = self.mgr.harvest_volume(&h.name) {
+            if v.tenant != h.tenant {
+                return Err(format!(
+                    "this host already has a harvest volume named {:?}, of tenant {}",
+                    h.name, v.tenant
+                ));
+            }
+            return Ok(report(&v));
+        }
+        let req = control::HarvestRequest {
+            name: h.name.clone(),
+            tenant: h.tenant.clone(),
+            capacity: ByteSize(h.capacity_bytes),
+            bandwidth: h.bandwidth,
+            duration_s: h.duration_s,
+        };
+        self.mgr
+            .harvest_volume_create_for_fleet(&req, h.owner.clone())
+            .map(|v| report(&v))
+            .map_err(|e| e.to_string())
+    }
+
+    fn harvest_report(&self, name: &str) -> Option<ObservedHarvest> {
+        self.mgr.harvest_volume(name).ok().map(|v| report(&v))
+    }
+
+    fn release_harvest(&self, name: &str) -> Result<(), String> {
+        if self.mgr.harvest_volume(name).is_err() {
+            return Ok(());
+        }
+        self.mgr
+            .harvest_volume_release(name)
             .map_err(|e| e.to_string())
     }
 

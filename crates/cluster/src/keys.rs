@@ -12,6 +12,9 @@
 //! {prefix}/vssds/{name}               FleetVssd       the fleet-wide name index
 //! {prefix}/desired/{host}/{name}      FleetVssd       what the host's agent must run
 //! {prefix}/observed/{host}/{name}     ObservedVssd    what the agent runs, or its error
+//! {prefix}/harvest/{name}             FleetHarvest    the fleet's harvest volumes
+//! {prefix}/hdesired/{host}/{name}     FleetHarvest    harvest volumes the host must serve
+//! {prefix}/hobserved/{host}/{name}    ObservedHarvest what the agent serves, or its error
 //! {prefix}/events/{ms}-{sched}-{n}  FleetEvent       the fleet's event log (sorts by time)
 //! {prefix}/scheduler/leader           LeaderRecord    lease-held by the active scheduler
 //! ```
@@ -88,6 +91,30 @@ impl Keys {
     pub fn observed(&self, host: &str, name: &str) -> String {
         format!("{}/observed/{host}/{name}", self.prefix)
     }
+    /// Prefix of the fleet's harvest volumes.
+    pub fn harvests(&self) -> String {
+        format!("{}/harvest/", self.prefix)
+    }
+    /// One harvest volume of the fleet.
+    pub fn harvest(&self, name: &str) -> String {
+        format!("{}/harvest/{name}", self.prefix)
+    }
+    /// Prefix of the harvest volumes a host must serve.
+    pub fn hdesired_of(&self, host: &str) -> String {
+        format!("{}/hdesired/{host}/", self.prefix)
+    }
+    /// One harvest volume a host must serve.
+    pub fn hdesired(&self, host: &str, name: &str) -> String {
+        format!("{}/hdesired/{host}/{name}", self.prefix)
+    }
+    /// Prefix of a host's reports on its harvest volumes.
+    pub fn hobserved_of(&self, host: &str) -> String {
+        format!("{}/hobserved/{host}/", self.prefix)
+    }
+    /// A host's report on one harvest volume.
+    pub fn hobserved(&self, host: &str, name: &str) -> String {
+        format!("{}/hobserved/{host}/{name}", self.prefix)
+    }
     /// Prefix of the event log.
     pub fn events(&self) -> String {
         format!("{}/events/", self.prefix)
@@ -139,6 +166,10 @@ pub struct HostRecord {
     pub gssds: Vec<GssdSummary>,
     /// When the agent started, milliseconds since the Unix epoch (for humans).
     pub started_ms: u64,
+    /// Milliseconds since the Unix epoch when the host's clock read 0: turns
+    /// the gSSDs' `expiry_s` (host clock) into fleet time.
+    #[serde(default)]
+    pub clock_origin_ms: u64,
 }
 
 /// One device of a host.
@@ -253,6 +284,98 @@ pub struct FleetVssd {
     /// Owning tenant (NBD TLS identity), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+    /// Regular (its idle flash may be harvested) or harvest (it may ask for
+    /// harvest volumes anywhere in the fleet).
+    #[serde(default, skip_serializing_if = "is_regular")]
+    pub role: control::TenantRole,
+}
+
+pub(crate) fn is_regular(r: &control::TenantRole) -> bool {
+    *r == control::TenantRole::Regular
+}
+
+/// A harvest volume of the fleet: a harvest tenant's demand, served from
+/// gSSDs of one host. The same record is the index entry and the host's
+/// desired state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetHarvest {
+    /// Volume name, unique in the fleet with the vSSDs (the NBD export name).
+    pub name: String,
+    /// The harvest tenant: a fleet vSSD with role `harvest`, on any host.
+    pub tenant: String,
+    /// Host whose gSSDs serve it (and that exports it).
+    pub host: String,
+    /// Usable bytes asked for.
+    pub capacity_bytes: u64,
+    /// Channels asked for.
+    pub bandwidth: u32,
+    /// For how long, seconds (`None`: the host's duration granule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<u64>,
+    /// Who may open the export (the tenant vSSD's owner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Set by the scheduler when the volume was evicted from the fleet
+    /// (its host was lost): why. The tenant releases it to clear it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evicted: Option<String>,
+}
+
+/// A host's report on one of its fleet harvest volumes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObservedHarvest {
+    /// Where it stands.
+    pub state: HarvestState,
+    /// Why, when `error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The export's URI, once created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    /// Exported bytes.
+    #[serde(default)]
+    pub size_bytes: u64,
+    /// gSSDs (ids on the host) backing it.
+    #[serde(default)]
+    pub gssds: Vec<u64>,
+    /// Until when it was granted, seconds on the host's clock.
+    #[serde(default)]
+    pub until_s: u64,
+    /// Eviction deadline, seconds on the host's clock, while evicting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evict_by_s: Option<u64>,
+}
+
+/// A fleet harvest volume's state on its host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HarvestState {
+    /// Exported and served.
+    Active,
+    /// Served while a reclaimed gSSD's data moves to another.
+    Migrating,
+    /// Under eviction notice: the tenant must finish before the deadline.
+    Evicting,
+    /// Gone from the host (reclaimed with nowhere to migrate, or the host
+    /// was lost); never re-created. The tenant releases it.
+    Evicted,
+    /// The host could not create it.
+    Error,
+}
+
+impl HarvestState {
+    /// The name `harvest list` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            HarvestState::Active => "active",
+            HarvestState::Migrating => "migrating",
+            HarvestState::Evicting => "evicting",
+            HarvestState::Evicted => "evicted",
+            HarvestState::Error => "error",
+        }
+    }
 }
 
 /// What a host's agent reports for one desired vSSD.

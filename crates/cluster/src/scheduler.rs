@@ -37,10 +37,13 @@ use tracing::{info, warn};
 
 use crate::etcd::{self, EtcdConfig};
 use crate::keys::{
-    decode, encode, AllocMode, DeviceAlloc, FleetEvent, FleetVssd, HostRecord, Keys, LeaderRecord,
-    ObservedState, ObservedVssd, UnitTenant,
+    decode, encode, AllocMode, DeviceAlloc, FleetEvent, FleetHarvest, FleetVssd, HostRecord, Keys,
+    LeaderRecord, ObservedState, ObservedVssd, UnitTenant,
 };
 use crate::{ClusterError, WallMs};
+
+mod harvest;
+pub use harvest::FleetHarvestStatus;
 
 /// A scheduler's settings.
 #[derive(Debug, Clone)]
@@ -84,6 +87,9 @@ pub struct CreateRequest {
     /// Only this host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// Regular, or harvest (it may then ask for harvest volumes).
+    #[serde(default, skip_serializing_if = "crate::keys::is_regular")]
+    pub role: control::TenantRole,
 }
 
 /// A fleet vSSD with what its host reports.
@@ -246,6 +252,7 @@ pub struct Scheduler {
     leader: Mutex<Option<LeaderRecord>>,
     active: AtomicBool,
     queue: tokio::sync::mpsc::UnboundedSender<Job>,
+    hqueue: tokio::sync::mpsc::UnboundedSender<harvest::HarvestJob>,
     wall: WallMs,
     seq: AtomicU64,
 }
@@ -299,6 +306,7 @@ impl Scheduler {
     ) -> Result<Arc<Scheduler>, ClusterError> {
         let client = etcd::connect_retrying(&cfg.etcd, attempts).await?;
         let (queue, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (hqueue, hrx) = tokio::sync::mpsc::unbounded_channel();
         let s = Arc::new(Scheduler {
             keys: Keys::new(&cfg.prefix),
             cfg,
@@ -307,6 +315,7 @@ impl Scheduler {
             leader: Mutex::new(None),
             active: AtomicBool::new(false),
             queue,
+            hqueue,
             wall,
             seq: AtomicU64::new(0),
         });
@@ -314,6 +323,7 @@ impl Scheduler {
         tokio::spawn(s.clone().watch_loop(rev, stop.clone()));
         tokio::spawn(s.clone().campaign_loop(stop));
         tokio::spawn(s.clone().committer(rx));
+        tokio::spawn(s.clone().harvest_worker(hrx));
         Ok(s)
     }
 
@@ -479,6 +489,7 @@ impl Scheduler {
             ),
         )
         .await;
+        self.evict_harvests_of(host).await;
     }
 
     /// Appends an event (only the active scheduler writes events).
@@ -765,6 +776,12 @@ impl Scheduler {
         for (_, plan) in &planned {
             let vkey = self.keys.vssd(&plan.vssd.name);
             cmps.push(Compare::create_revision(vkey.clone(), CompareOp::Equal, 0));
+            // Harvest volumes share the fleet's export names.
+            cmps.push(Compare::create_revision(
+                self.keys.harvest(&plan.vssd.name),
+                CompareOp::Equal,
+                0,
+            ));
             ops.push(TxnOp::put(vkey, encode(&plan.vssd), None));
             ops.push(TxnOp::put(
                 self.keys.desired(&plan.vssd.host, &plan.vssd.name),
@@ -865,6 +882,7 @@ impl Scheduler {
             let txn = Txn::new()
                 .when(vec![
                     Compare::create_revision(vkey.clone(), CompareOp::Equal, 0),
+                    Compare::create_revision(self.keys.harvest(&req.name), CompareOp::Equal, 0),
                     alloc_cmp,
                     // The host must still be registered.
                     Compare::create_revision(
@@ -883,7 +901,10 @@ impl Scheduler {
                     ),
                     TxnOp::put(self.event_key(), encode(&ev), None),
                 ])
-                .or_else(vec![TxnOp::get(vkey.clone(), None)]);
+                .or_else(vec![
+                    TxnOp::get(vkey.clone(), None),
+                    TxnOp::get(self.keys.harvest(&req.name), None),
+                ]);
             let resp = c.txn(txn).await?;
             if resp.succeeded() {
                 let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
@@ -905,7 +926,7 @@ impl Scheduler {
                 .any(|r| matches!(r, etcd_client::TxnOpResponse::Get(g) if !g.kvs().is_empty()));
             if taken {
                 return Err(ClusterError::Exists(format!(
-                    "a vSSD named {:?} already exists in the fleet",
+                    "a vSSD or harvest volume named {:?} already exists in the fleet",
                     req.name
                 )));
             }
@@ -1050,6 +1071,7 @@ impl Scheduler {
                 capacity: req.capacity,
                 sla: None,
                 tenant: req.tenant.clone(),
+                role: req.role,
             },
             alloc,
             expect_rev: rev,
@@ -1297,6 +1319,7 @@ impl Scheduler {
                 capacity: Some(capacity),
                 sla: Some(s.clone()),
                 tenant: req.tenant.clone(),
+                role: req.role,
             },
             alloc,
             expect_rev: rev,
@@ -1415,10 +1438,38 @@ impl Scheduler {
                     new_alloc = Some(alloc);
                 }
             }
+            // A harvest tenant's volumes go with it, wherever they are.
+            let mut released = Vec::new();
+            if v.role == control::TenantRole::Harvest {
+                let (vols, rev) = etcd::get_prefix_at(&mut c, &self.keys.harvests(), 0).await?;
+                cmps.push(
+                    Compare::mod_revision(self.keys.harvests(), CompareOp::Less, rev + 1)
+                        .with_prefix(),
+                );
+                for kv in &vols {
+                    let Ok(h) = decode::<FleetHarvest>(kv.key(), kv.value()) else {
+                        continue;
+                    };
+                    if h.tenant == name {
+                        ops.push(TxnOp::delete(kv.key().to_vec(), None));
+                        ops.push(TxnOp::delete(self.keys.hdesired(&h.host, &h.name), None));
+                        released.push(h.name);
+                    }
+                }
+            }
             let ev = self.make_event(
                 "vssd-deleted",
                 Some(&v.host),
-                format!("{name} deleted from {}/{}", v.host, v.device),
+                format!(
+                    "{name} deleted from {}/{}{}",
+                    v.host,
+                    v.device,
+                    if released.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; its harvest volumes released: {}", released.join(", "))
+                    }
+                ),
             );
             ops.push(TxnOp::put(self.event_key(), encode(&ev), None));
             let resp = c.txn(Txn::new().when(cmps).and_then(ops)).await?;

@@ -67,6 +67,7 @@ pub use api::{
     MigrationInfo, PredictionInfo,
 };
 pub use lend::{HomeSample, LendPolicy, Lendable, Offer, UnsoldPolicy};
+pub use volumes::TenantSource;
 
 /// Events kept in memory for `GET /v1/events` (older ones are dropped; every event
 /// is also logged through `tracing`).

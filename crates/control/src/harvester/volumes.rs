@@ -20,6 +20,20 @@ use crate::exports::{ExportKind, Publish};
 use crate::store::{HarvestVolumeRecord, SegmentRecord};
 use crate::{format_size, ControlError, Mode, Result};
 
+/// Who vouches for a harvest request's tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantSource {
+    /// This host: the tenant is a local active vSSD with role `harvest`, and
+    /// the volume's owner is that vSSD's owner.
+    Local,
+    /// The fleet scheduler, which checked the tenant in etcd (its vSSD lives
+    /// on another host); `owner` is the NBD identity allowed to open it.
+    Fleet {
+        /// Owning tenant (TLS identity), if any.
+        owner: Option<String>,
+    },
+}
+
 impl Harvester {
     pub(super) fn volume_rt(
         &self,
@@ -72,11 +86,15 @@ impl Harvester {
     /// A harvest tenant asks for flash: gSSDs are matched best-fit and, if no one
     /// gSSD covers the demand, several are attached until it is met
     /// (under-harvesting); if even that fails, nothing is taken and the error is
-    /// BlockFlex's exception. The host holds its lifecycle lock.
+    /// BlockFlex's exception. `tenant` says who vouches for the harvest tenant:
+    /// this host (it must be a local vSSD with role `harvest`), or the fleet
+    /// scheduler (the tenant's vSSD lives on another host). The host holds its
+    /// lifecycle lock.
     pub fn create_volume(
         &self,
         host: &dyn HarvestHost,
         req: &HarvestRequest,
+        tenant: &TenantSource,
     ) -> Result<HarvestVolumeInfo> {
         if !self.settings.enabled {
             return Err(ControlError::HarvesterOff);
@@ -93,7 +111,7 @@ impl Harvester {
         if host.name_taken(&req.name) || self.lock().volumes.contains_key(&req.name) {
             return Err(ControlError::Duplicate(req.name.clone()));
         }
-        if !host.is_harvest_tenant(&req.tenant)? {
+        if *tenant == TenantSource::Local && !host.is_harvest_tenant(&req.tenant)? {
             return Err(ControlError::NotHarvestTenant(req.tenant.clone()));
         }
         let granule = self.settings.granule_s.saturating_mul(SEC);
@@ -202,7 +220,10 @@ impl Harvester {
             until: now.saturating_add(duration),
             segments,
             evict_by: None,
-            owner: host.tenant_of(&req.tenant),
+            owner: match tenant {
+                TenantSource::Local => host.tenant_of(&req.tenant),
+                TenantSource::Fleet { owner } => owner.clone(),
+            },
         };
         if let Err(e) = self.store.put_harvest_volume(&rec) {
             let mut st = self.lock();

@@ -225,7 +225,21 @@ impl HostManager {
     /// A harvest tenant asks for flash (see [`crate::harvester::Harvester::create_volume`]).
     pub fn harvest_volume_create(&self, req: &HarvestRequest) -> Result<HarvestVolumeInfo> {
         let _g = self.lifecycle.lock();
-        self.harvester.create_volume(self, req)
+        self.harvester
+            .create_volume(self, req, &crate::harvester::TenantSource::Local)
+    }
+
+    /// A harvest request the fleet scheduler placed here: its tenant's vSSD
+    /// lives on another host (the scheduler checked it), and `owner` may
+    /// open the export. Not reachable through the host's own HTTP API.
+    pub fn harvest_volume_create_for_fleet(
+        &self,
+        req: &HarvestRequest,
+        owner: Option<String>,
+    ) -> Result<HarvestVolumeInfo> {
+        let _g = self.lifecycle.lock();
+        self.harvester
+            .create_volume(self, req, &crate::harvester::TenantSource::Fleet { owner })
     }
 
     /// The tenant is done with a harvest volume: its gSSDs go back, erased.
