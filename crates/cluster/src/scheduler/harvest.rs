@@ -679,7 +679,7 @@ mod tests {
             panic!("a 4 GiB demand fits nowhere");
         };
         assert!(why.contains("1 free gSSD"), "{why}");
-        assert!(why.contains("1.0 GiB") || why.contains("1 GiB"), "{why}");
+        assert!(why.contains("1G on 1 channel(s) (a)"), "{why}");
     }
 
     #[test]
