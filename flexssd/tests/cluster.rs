@@ -1902,3 +1902,88 @@ fn fleet_harvest_serves_from_any_host() {
         host_volumes(f.host("h2")).is_empty().then_some(())
     });
 }
+
+/// etcd with authentication on: the scheduler and a host log in as a user
+/// whose role may touch only the `/flexssd/` prefix, with the password read
+/// from a file; a wrong password is refused with a clear error.
+#[test]
+fn etcd_with_user_and_password() {
+    require!(tools().is_ok(), tools().unwrap_err());
+    let mut e = Etcd::start();
+    for args in [
+        &["user", "add", "root", "--new-user-password=rootpw"][..],
+        &["user", "add", "flexssd", "--new-user-password=fxpw"],
+        &["role", "add", "fleet"],
+        &[
+            "role",
+            "grant-permission",
+            "fleet",
+            "--prefix=true",
+            "readwrite",
+            "/flexssd/",
+        ],
+        &["user", "grant-role", "flexssd", "fleet"],
+        &["auth", "enable"],
+    ] {
+        e.ctl(args);
+    }
+    // Without a user, etcd refuses.
+    let o = e.ctl_any(&["put", "/flexssd/x", "y"]);
+    assert!(
+        !o.status.success(),
+        "etcd accepted a request with no user: {}",
+        text(&o)
+    );
+    e.ctl = vec!["--user=root:rootpw".into()];
+    let dir = e.dir.path().to_path_buf();
+    let good = dir.join("fx.pw");
+    std::fs::write(&good, "fxpw\n").unwrap();
+    let bad = dir.join("bad.pw");
+    std::fs::write(&bad, "nope\n").unwrap();
+
+    // A wrong password: the scheduler gives up with a message, not a hang.
+    let o = Command::new("timeout")
+        .arg("60")
+        .arg(BIN)
+        .args(["cluster", "serve", "--etcd", &e.url(), "--id", "bad"])
+        .args(["--etcd-user", "flexssd", "--etcd-password-file"])
+        .arg(&bad)
+        .args(["--connect-attempts", "2"])
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success() && o.status.code() != Some(124),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        text(&o).to_lowercase().contains("authentication"),
+        "the error does not say why: {}",
+        text(&o)
+    );
+
+    let pw = good.display().to_string();
+    let sched = Sched::start(
+        &e,
+        "s1",
+        &["--etcd-user", "flexssd", "--etcd-password-file", &pw],
+    );
+    let h = Host::start(
+        &e.url(),
+        "h1",
+        1,
+        &format!("etcd_user = \"flexssd\"\netcd_password_file = \"{pw}\""),
+    );
+    let f = Fleet {
+        etcd: e,
+        hosts: vec![h],
+        scheds: vec![sched],
+    };
+    f.wait_active(0, 15);
+    f.wait_alive(&["h1".to_string()], 30);
+    let out = f.cli_ok(&f.url(), &["vssd", "create", "auth1", "--channels", "2"]);
+    assert!(out.contains("export: nbd://"), "{out}");
+    f.wait_ready(&["auth1".to_string()], 30);
+    assert!(f.index().contains_key("auth1"));
+}
