@@ -22,7 +22,7 @@ use indicatif::{HumanCount, ProgressBar};
 #[derive(Debug, Args)]
 pub struct CacheArgs {
     /// A tenant's trace as FORMAT:PATH (formats: msr, tencent, systor,
-    /// cloudphysics, disksim, fio-iolog, blkparse, umass, oracle). Repeat for
+    /// cloudphysics, disksim, fio-iolog, blkparse, umass, fiu, oracle). Repeat for
     /// more tenants.
     #[arg(long = "trace", value_name = "FORMAT:PATH", required = true)]
     pub traces: Vec<String>,

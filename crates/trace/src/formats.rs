@@ -335,12 +335,12 @@ fn ws_fields<const N: usize>(line: &str) -> ([&str; N], usize) {
 
 /// Maps names to dense ids by first appearance.
 #[derive(Debug, Default)]
-struct Ids<K> {
+pub(crate) struct Ids<K> {
     map: HashMap<K, u32>,
 }
 
 impl<K: std::hash::Hash + Eq> Ids<K> {
-    fn id(&mut self, key: K) -> u32 {
+    pub(crate) fn id(&mut self, key: K) -> u32 {
         let next = self.map.len() as u32;
         *self.map.entry(key).or_insert(next)
     }

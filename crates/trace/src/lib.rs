@@ -15,11 +15,14 @@
 //! | `fio-iolog` | v3: milliseconds, v2: none (0) | bytes | file, by first appearance |
 //! | `blkparse` | seconds (decimal) | 512-byte sectors | `major,minor`, by first appearance |
 //! | `umass` | seconds (decimal) | LBA 512-byte sectors, size bytes | ASU |
+//! | `fiu` | nanoseconds, made relative to the first request | 512-byte sectors | `major minor`, by first appearance |
 //! | `oracle` | seconds (libCacheSim `oracleGeneral` binary, 24-byte records) | object id × 4096, size bytes | 0 |
 //!
 //! One file per format: the text formats of the first releases in `formats.rs`,
-//! UMass SPC in `umass.rs`, libCacheSim's binary format in `oracle.rs`.
+//! UMass SPC in `umass.rs`, FIU SRCMap/IODedup in `fiu.rs`, libCacheSim's
+//! binary format in `oracle.rs`.
 
+mod fiu;
 mod formats;
 pub mod oracle;
 mod umass;
@@ -31,6 +34,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+pub use fiu::Fiu;
 pub use formats::{Blkparse, CloudPhysics, DiskSim, FioIolog, LineParser, Msr, Systor, Tencent};
 pub use oracle::OracleReader;
 pub use umass::Umass;
@@ -197,13 +201,15 @@ pub enum Format {
     Blkparse,
     /// UMass Trace Repository SPC CSV.
     Umass,
+    /// FIU SRCMap / IODedup text (`fiu`).
+    Fiu,
     /// libCacheSim `oracleGeneral` binary.
     OracleGeneral,
 }
 
 impl Format {
     /// Every format, in the order the documentation lists them.
-    pub const ALL: [Format; 9] = [
+    pub const ALL: [Format; 10] = [
         Format::Msr,
         Format::Tencent,
         Format::Systor,
@@ -212,6 +218,7 @@ impl Format {
         Format::FioIolog,
         Format::Blkparse,
         Format::Umass,
+        Format::Fiu,
         Format::OracleGeneral,
     ];
 
@@ -226,6 +233,7 @@ impl Format {
             Format::FioIolog => "fio-iolog",
             Format::Blkparse => "blkparse",
             Format::Umass => "umass",
+            Format::Fiu => "fiu",
             Format::OracleGeneral => "oracle",
         }
     }
@@ -338,6 +346,7 @@ pub fn reader<R: BufRead + 'static>(format: Format, input: R, src: &str) -> Boxe
         Format::FioIolog => Box::new(TraceReader::new(input, FioIolog::default(), src)),
         Format::Blkparse => Box::new(TraceReader::new(input, Blkparse::default(), src)),
         Format::Umass => Box::new(TraceReader::new(input, Umass, src)),
+        Format::Fiu => Box::new(TraceReader::new(input, Fiu::default(), src)),
         Format::OracleGeneral => Box::new(OracleReader::new(input, src)),
     }
 }

@@ -150,7 +150,7 @@ fn every_text_reader_names_file_and_line() {
 fn new_formats_parse_by_name() {
     assert_eq!("umass".parse::<Format>().unwrap(), Format::Umass);
     assert_eq!("oracle".parse::<Format>().unwrap(), Format::OracleGeneral);
-    assert_eq!(Format::ALL.len(), 9);
+    assert_eq!(Format::ALL.len(), 10);
     let e = "spc".parse::<Format>().unwrap_err().to_string();
     assert!(e.contains("umass") && e.contains("oracle"), "{e}");
 }
