@@ -638,7 +638,7 @@ async fn get_stats(State(st): State<Shared>, Caller(p): Caller) -> ApiResult<imp
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TierPolicyBody {
-    /// A policy name: glru, car, arc, vfrm, grem or dgrem.
+    /// A policy name: glru, car, arc, vfrm, isolation, grem or dgrem.
     pub policy: String,
 }
 

@@ -26,11 +26,11 @@ pub struct CacheArgs {
     /// more tenants.
     #[arg(long = "trace", value_name = "FORMAT:PATH", required = true)]
     pub traces: Vec<String>,
-    /// Policies to compare, comma-separated: glru, car, arc, vfrm, grem, dgrem.
+    /// Policies to compare, comma-separated: glru, car, arc, vfrm, isolation, grem, dgrem.
     #[arg(
         long,
         value_name = "NAME[,NAME...]",
-        default_value = "glru,car,arc,vfrm,grem,dgrem"
+        default_value = "glru,car,arc,vfrm,isolation,grem,dgrem"
     )]
     pub policy: String,
     /// Cache sizes, comma-separated, with K, M, G or T suffixes (powers of 1024).

@@ -42,7 +42,7 @@ enum TierCmd {
     SetPolicy {
         /// Tier name.
         name: String,
-        /// glru, car, arc, vfrm, grem or dgrem.
+        /// glru, car, arc, vfrm, isolation, grem or dgrem.
         policy: String,
     },
     /// Resize a tier's cache live (at most its cache vSSD's capacity).

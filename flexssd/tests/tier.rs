@@ -209,7 +209,7 @@ fn bad_tier_requests_are_refused_with_the_reason() {
     assert_eq!(code, 400, "{v}");
     let msg = v["error"].as_str().unwrap();
     assert!(
-        msg.contains("\"lfu\"") && msg.contains("glru, car, arc, vfrm, grem, dgrem"),
+        msg.contains("\"lfu\"") && msg.contains("glru, car, arc, vfrm, isolation, grem, dgrem"),
         "{msg}"
     );
     let (code, v) = http(

@@ -16,7 +16,8 @@
 //! | `glru` | global LRU | 4 KiB | on every miss |
 //! | `arc` | ARC (Megiddo & Modha, FAST'03) | 4 KiB | on every miss |
 //! | `car` | CAR, Clock with Adaptive Replacement (Bansal & Modha, FAST'04) | 4 KiB | on every miss |
-//! | `vfrm` | VMware vFRM: per-tenant reservations, 1 MiB bins, lazy epochs | 128 KiB | at epoch ends |
+//! | `vfrm` | VMware vFRM: fair competition for one pool by global bin popularity, 1 MiB bins, lazy epochs | 128 KiB | at epoch ends |
+//! | `isolation` | performance isolation: vFRM's machinery on equal per-tenant reservations | 128 KiB | at epoch ends |
 //! | `grem` | GREM: long-term zone reserved by aged popularity, short-term zone competed (Algorithm 1) | 128 KiB | at epoch ends |
 //! | `dgrem` | D-GREM: GREM plus burst detector and dynamic zone sizes | 128 KiB | at epoch ends |
 //!
@@ -464,8 +465,10 @@ policies! {
     Car => "car", policy::car::Car;
     /// ARC at 4 KiB lines.
     Arc => "arc", policy::arc::Arc;
-    /// VMware vFRM.
+    /// VMware vFRM: fair competition for one pool.
     Vfrm => "vfrm", policy::vfrm::Vfrm;
+    /// Performance isolation: vFRM on equal per-tenant reservations.
+    Isolation => "isolation", policy::isolation::Isolation;
     /// GREM with fixed half/half zones.
     Grem => "grem", policy::grem::Grem;
     /// D-GREM: GREM with dynamic zone sizes.

@@ -9,7 +9,10 @@
 //! these cache sizes and fails if any count differs. CAR, vFRM, GREM and
 //! D-GREM have no reference implementation to compare with; their rows are
 //! regression values, and their logic is checked by the unit and property
-//! tests.
+//! tests. Each trace here is one tenant, on which vFRM's fair competition and
+//! the isolation baseline (the same machinery on per-tenant reservations) are
+//! the same policy: their rows must agree, and they do; where they differ, on
+//! several tenants, is checked in `policy/vfrm.rs`.
 //!
 //! Two configurations: the paper's (5-minute epochs, trace time), under which
 //! only the two-hour CloudPhysics excerpt lives long enough for the coarse
@@ -50,9 +53,11 @@ const GOLDEN: &[Row] = &[
     ("msr-hm0-sample.csv", "car", false, [88, 1449, 466, 470]),
     ("msr-hm0-sample.csv", "arc", false, [88, 1449, 466, 470]),
     ("msr-hm0-sample.csv", "vfrm", false, [0, 1537, 0, 936]),
+    ("msr-hm0-sample.csv", "isolation", false, [0, 1537, 0, 936]),
     ("msr-hm0-sample.csv", "grem", false, [0, 1537, 0, 936]),
     ("msr-hm0-sample.csv", "dgrem", false, [0, 1537, 0, 936]),
     ("msr-hm0-sample.csv", "vfrm", true, [0, 1537, 153, 783]),
+    ("msr-hm0-sample.csv", "isolation", true, [0, 1537, 153, 783]),
     ("msr-hm0-sample.csv", "grem", true, [0, 1537, 161, 775]),
     ("msr-hm0-sample.csv", "dgrem", true, [0, 1537, 153, 783]),
     (
@@ -81,6 +86,12 @@ const GOLDEN: &[Row] = &[
     ),
     (
         "tencent-cbs-sample.csv",
+        "isolation",
+        false,
+        [0, 161418, 0, 216835],
+    ),
+    (
+        "tencent-cbs-sample.csv",
         "grem",
         false,
         [0, 161418, 0, 216835],
@@ -94,6 +105,12 @@ const GOLDEN: &[Row] = &[
     (
         "tencent-cbs-sample.csv",
         "vfrm",
+        true,
+        [0, 161418, 0, 216835],
+    ),
+    (
+        "tencent-cbs-sample.csv",
+        "isolation",
         true,
         [0, 161418, 0, 216835],
     ),
@@ -113,9 +130,16 @@ const GOLDEN: &[Row] = &[
     ("systor17-sample.csv", "car", false, [542, 9089, 83, 752]),
     ("systor17-sample.csv", "arc", false, [542, 9089, 84, 751]),
     ("systor17-sample.csv", "vfrm", false, [0, 9631, 0, 835]),
+    ("systor17-sample.csv", "isolation", false, [0, 9631, 0, 835]),
     ("systor17-sample.csv", "grem", false, [0, 9631, 0, 835]),
     ("systor17-sample.csv", "dgrem", false, [0, 9631, 0, 835]),
     ("systor17-sample.csv", "vfrm", true, [1706, 7925, 0, 835]),
+    (
+        "systor17-sample.csv",
+        "isolation",
+        true,
+        [1706, 7925, 0, 835],
+    ),
     ("systor17-sample.csv", "grem", true, [1706, 7925, 0, 835]),
     ("systor17-sample.csv", "dgrem", true, [1706, 7925, 0, 835]),
     (
@@ -144,6 +168,12 @@ const GOLDEN: &[Row] = &[
     ),
     (
         "systor17-additional-sample.csv",
+        "isolation",
+        false,
+        [0, 5060, 0, 830],
+    ),
+    (
+        "systor17-additional-sample.csv",
         "grem",
         false,
         [0, 5060, 0, 830],
@@ -157,6 +187,12 @@ const GOLDEN: &[Row] = &[
     (
         "systor17-additional-sample.csv",
         "vfrm",
+        true,
+        [585, 4475, 21, 809],
+    ),
+    (
+        "systor17-additional-sample.csv",
+        "isolation",
         true,
         [585, 4475, 21, 809],
     ),
@@ -198,6 +234,12 @@ const GOLDEN: &[Row] = &[
     ),
     (
         "cloudphysics-io-sample.csv",
+        "isolation",
+        false,
+        [76688, 409012, 52160, 604009],
+    ),
+    (
+        "cloudphysics-io-sample.csv",
         "grem",
         false,
         [76824, 408876, 52365, 603804],
@@ -211,6 +253,12 @@ const GOLDEN: &[Row] = &[
     (
         "cloudphysics-io-sample.csv",
         "vfrm",
+        true,
+        [49832, 435868, 46256, 609913],
+    ),
+    (
+        "cloudphysics-io-sample.csv",
+        "isolation",
         true,
         [49832, 435868, 46256, 609913],
     ),
@@ -230,9 +278,21 @@ const GOLDEN: &[Row] = &[
     ("mqsim-wsrch-small.trace", "car", false, [279, 93025, 0, 8]),
     ("mqsim-wsrch-small.trace", "arc", false, [279, 93025, 0, 8]),
     ("mqsim-wsrch-small.trace", "vfrm", false, [0, 93304, 0, 8]),
+    (
+        "mqsim-wsrch-small.trace",
+        "isolation",
+        false,
+        [0, 93304, 0, 8],
+    ),
     ("mqsim-wsrch-small.trace", "grem", false, [0, 93304, 0, 8]),
     ("mqsim-wsrch-small.trace", "dgrem", false, [0, 93304, 0, 8]),
     ("mqsim-wsrch-small.trace", "vfrm", true, [6144, 87160, 0, 8]),
+    (
+        "mqsim-wsrch-small.trace",
+        "isolation",
+        true,
+        [6144, 87160, 0, 8],
+    ),
     ("mqsim-wsrch-small.trace", "grem", true, [5994, 87310, 0, 8]),
     (
         "mqsim-wsrch-small.trace",
@@ -259,6 +319,12 @@ const GOLDEN: &[Row] = &[
         [21, 12653, 116, 7879],
     ),
     ("mqsim-tpcc-small.trace", "vfrm", false, [0, 12674, 0, 7995]),
+    (
+        "mqsim-tpcc-small.trace",
+        "isolation",
+        false,
+        [0, 12674, 0, 7995],
+    ),
     ("mqsim-tpcc-small.trace", "grem", false, [0, 12674, 0, 7995]),
     (
         "mqsim-tpcc-small.trace",
@@ -269,6 +335,12 @@ const GOLDEN: &[Row] = &[
     (
         "mqsim-tpcc-small.trace",
         "vfrm",
+        true,
+        [32, 12642, 544, 7451],
+    ),
+    (
+        "mqsim-tpcc-small.trace",
+        "isolation",
         true,
         [32, 12642, 544, 7451],
     ),
@@ -321,7 +393,13 @@ fn every_policy_on_every_real_trace() {
                 .copied()
                 .filter(|k| {
                     !stretched
-                        || matches!(k, PolicyKind::Vfrm | PolicyKind::Grem | PolicyKind::Dgrem)
+                        || matches!(
+                            k,
+                            PolicyKind::Vfrm
+                                | PolicyKind::Isolation
+                                | PolicyKind::Grem
+                                | PolicyKind::Dgrem
+                        )
                 })
                 .collect();
             let jobs: Vec<(PolicyKind, u64)> = kinds.iter().map(|&k| (k, bytes)).collect();

@@ -2,7 +2,7 @@
 //!
 //! The conventional policies ([`glru`], [`arc`], [`car`]) decide on every
 //! access at 4 KiB lines, as the paper's baselines do. The coarse policies
-//! ([`vfrm`], [`grem`], [`dgrem`]) keep popularity per 1 MiB bin and change
+//! ([`vfrm`], [`isolation`], [`grem`], [`dgrem`]) keep popularity per 1 MiB bin and change
 //! the cache's content only at epoch ends (lazy, asynchronous placement in the
 //! real systems), moving whole bins as 128 KiB lines; between epochs a miss
 //! does not admit anything.
@@ -12,6 +12,7 @@ pub mod car;
 pub mod dgrem;
 pub mod glru;
 pub mod grem;
+pub mod isolation;
 pub mod vfrm;
 
 use crate::TenantOccupancy;

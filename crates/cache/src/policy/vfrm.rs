@@ -1,19 +1,22 @@
-//! VMware vFRM (Liu et al., NOMS'14; Tai et al.): flash split into per-tenant
-//! reservations, popularity kept per 1 MiB bin in a heat map, and the flash
+//! VMware vFRM (Liu et al., NOMS'14; Tai et al.): one flash pool shared by
+//! every tenant, popularity kept per 1 MiB bin in a heat map, and the flash
 //! content updated lazily once per epoch (5 minutes) in 128 KiB lines.
 //!
-//! Model used here, since neither paper gives pseudocode: every tenant seen
-//! so far gets an equal share of the cache's bins (the remainder goes to the
-//! lowest tenant ids). At each epoch end a tenant's share is filled with its
-//! bins most accessed during the epoch that just ended; if it accessed fewer
-//! bins than its share, its already-cached bins stay (most recently used
-//! first) — content moves only when something hotter replaces it, which is
-//! the "lazy" update. There is no long-term memory: a burst in one epoch
-//! replaces the tenant's critical data, which is the weakness GREM's
-//! long-term zone addresses. (The GREM paper's Section II-B groups vFRM with
-//! the fair-competition schemes; its evaluation treats it as the coarse-grained
-//! baseline; we follow the description, per-tenant reservations.)
-//! Between epochs nothing is admitted: a miss is served by the disk.
+//! The GREM paper (Section II-B, its refs [10] and [11]) classes vFRM as
+//! *fair competition*: tenants compete for the whole pool, and at each epoch
+//! end the content follows global bin popularity. Model used here, since
+//! neither paper gives pseudocode: at each epoch end the pool is filled with
+//! the bins most accessed during the epoch that just ended, whoever owns
+//! them; if fewer bins were accessed than the pool holds, already-cached bins
+//! stay (most recently used first). Content moves only when something hotter
+//! replaces it, which is the "lazy" update. There is no long-term memory: a
+//! burst in one epoch replaces everyone's critical data, which is the
+//! weakness GREM's long-term zone addresses. Between epochs nothing is
+//! admitted: a miss is served by the disk.
+//!
+//! The same mechanics with the pool split into equal per-tenant reservations
+//! is the paper's *performance isolation* baseline: [`super::isolation`],
+//! built here with [`Sharing::PerTenant`].
 
 use crate::bins::{keep_top, Bins, LONG, NOWHERE};
 use crate::policy::push_occupancy;
@@ -22,9 +25,20 @@ use crate::{
     TenantOccupancy,
 };
 
+/// How the pool is divided among tenants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharing {
+    /// One pool, filled by global bin popularity (vFRM as published).
+    Fair,
+    /// Equal per-tenant reservations, each filled by its own tenant's bin
+    /// popularity (performance isolation).
+    PerTenant,
+}
+
 /// vFRM.
 #[derive(Debug, Clone)]
 pub struct Vfrm {
+    sharing: Sharing,
     bins: Bins,
     shares: Vec<u64>,
     scratch: Vec<Vec<(f64, u64, u32)>>,
@@ -32,14 +46,45 @@ pub struct Vfrm {
 }
 
 impl Vfrm {
-    /// A cache of `cache_bytes` (whole bins of `cfg.bin_bytes`).
+    /// A cache of `cache_bytes` (whole bins of `cfg.bin_bytes`), one pool
+    /// shared by fair competition.
     pub fn new(cache_bytes: u64, cfg: &PolicyConfig) -> Result<Self, CacheError> {
+        Self::with_sharing(cache_bytes, cfg, Sharing::Fair)
+    }
+
+    /// The same, with the pool divided as `sharing` says.
+    pub fn with_sharing(
+        cache_bytes: u64,
+        cfg: &PolicyConfig,
+        sharing: Sharing,
+    ) -> Result<Self, CacheError> {
+        let kind = match sharing {
+            Sharing::Fair => PolicyKind::Vfrm,
+            Sharing::PerTenant => PolicyKind::Isolation,
+        };
         Ok(Vfrm {
-            bins: Bins::new(PolicyKind::Vfrm, cache_bytes, cfg)?,
+            sharing,
+            bins: Bins::new(kind, cache_bytes, cfg)?,
             shares: Vec::new(),
             scratch: Vec::new(),
             zone: Vec::new(),
         })
+    }
+
+    /// Which tenant's candidate list a bin of `tenant` competes in.
+    fn pool_of(&self, tenant: u32) -> usize {
+        match self.sharing {
+            Sharing::Fair => 0,
+            Sharing::PerTenant => tenant as usize,
+        }
+    }
+
+    /// Bins the candidate list `pool` may keep.
+    fn room(&self, pool: usize) -> usize {
+        match self.sharing {
+            Sharing::Fair => self.bins.cap_bins as usize,
+            Sharing::PerTenant => self.shares[pool] as usize,
+        }
     }
 
     fn compute_shares(&mut self) {
@@ -74,7 +119,10 @@ impl Vfrm {
 
     fn end_epoch(&mut self, events: &mut Events) {
         self.compute_shares();
-        let n = self.shares.len();
+        let n = match self.sharing {
+            Sharing::Fair => 1,
+            Sharing::PerTenant => self.shares.len(),
+        };
         self.scratch.resize_with(n, Vec::new);
         for v in &mut self.scratch {
             v.clear();
@@ -90,16 +138,19 @@ impl Vfrm {
             } else {
                 continue;
             };
-            self.scratch[b.tenant as usize].push((score, b.key, i as u32));
+            let pool = self.pool_of(b.tenant);
+            self.scratch[pool].push((score, b.key, i as u32));
         }
         self.zone.clear();
         self.zone.resize(self.bins.bins.len(), NOWHERE);
-        for (t, v) in self.scratch.iter_mut().enumerate() {
-            keep_top(v, self.shares[t] as usize);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        for (t, v) in scratch.iter_mut().enumerate() {
+            keep_top(v, self.room(t));
             for &(_, _, i) in v.iter() {
                 self.zone[i as usize] = LONG;
             }
         }
+        self.scratch = scratch;
         self.bins.apply(&self.zone, events);
         self.bins.age(0.0);
         self.bins.reset();
@@ -109,7 +160,10 @@ impl Vfrm {
 
 impl CachePolicy for Vfrm {
     fn kind(&self) -> PolicyKind {
-        PolicyKind::Vfrm
+        match self.sharing {
+            Sharing::Fair => PolicyKind::Vfrm,
+            Sharing::PerTenant => PolicyKind::Isolation,
+        }
     }
 
     fn line_blocks(&self) -> u64 {
@@ -148,23 +202,29 @@ impl CachePolicy for Vfrm {
         let bins = total_lines / self.bins.lines_per_bin();
         if bins == 0 {
             return Err(CacheError::Config(format!(
-                "cannot resize vfrm to {total_lines} lines: less than one bin ({} lines)",
+                "cannot resize {} to {total_lines} lines: less than one bin ({} lines)",
+                self.kind(),
                 self.bins.lines_per_bin()
             )));
         }
         self.bins.cap_bins = bins;
         self.compute_shares();
-        // Shrink each tenant's placement to its new share at once.
-        let mut per: Vec<Vec<(f64, u64, u32)>> = vec![Vec::new(); self.shares.len()];
+        // Shrink the placement (each tenant's, under isolation) to the new
+        // size at once, keeping the most recently used bins.
+        let n = match self.sharing {
+            Sharing::Fair => 1,
+            Sharing::PerTenant => self.shares.len(),
+        };
+        let mut per: Vec<Vec<(f64, u64, u32)>> = vec![Vec::new(); n];
         for (i, b) in self.bins.bins.iter().enumerate() {
             if b.zone != NOWHERE {
-                per[b.tenant as usize].push((b.last_epoch as f64, b.key, i as u32));
+                per[self.pool_of(b.tenant)].push((b.last_epoch as f64, b.key, i as u32));
             }
         }
         self.zone.clear();
         self.zone.resize(self.bins.bins.len(), NOWHERE);
         for (t, v) in per.iter_mut().enumerate() {
-            keep_top(v, self.shares[t] as usize);
+            keep_top(v, self.room(t));
             for &(_, _, i) in v.iter() {
                 self.zone[i as usize] = LONG;
             }
@@ -176,8 +236,13 @@ impl CachePolicy for Vfrm {
     fn occupancy(&self, out: &mut Vec<TenantOccupancy>) {
         let lpb = self.bins.lines_per_bin();
         let res: Vec<u64> = self.bins.resident.iter().map(|b| b * lpb).collect();
-        let shares: Vec<u64> = self.shares.iter().map(|b| b * lpb).collect();
-        push_occupancy(&res, Some(&shares), out);
+        match self.sharing {
+            Sharing::Fair => push_occupancy(&res, None, out),
+            Sharing::PerTenant => {
+                let shares: Vec<u64> = self.shares.iter().map(|b| b * lpb).collect();
+                push_occupancy(&res, Some(&shares), out);
+            }
+        }
     }
 }
 
@@ -203,7 +268,7 @@ mod tests {
             ..PolicyConfig::default()
         };
         // 4 bins, 2 tenants: 2 each.
-        let mut c = Vfrm::new(4 << 20, &cfg).unwrap();
+        let mut c = Vfrm::with_sharing(4 << 20, &cfg, Sharing::PerTenant).unwrap();
         let mut ev = Events::new();
         // Epoch 0: tenant 0 touches bins 0..5 (bin 4 most), tenant 1 bin 9.
         for b in 0..5 {
@@ -240,5 +305,42 @@ mod tests {
         assert_eq!(c.capacity(), 8);
         assert!(c.len() <= 8);
         assert!(!ev.evicted.is_empty());
+    }
+
+    #[test]
+    fn fair_competition_fills_the_pool_by_global_popularity() {
+        let cfg = PolicyConfig {
+            epoch_secs: 1.0,
+            ..PolicyConfig::default()
+        };
+        // 4 bins shared: tenant 0's four hot bins beat tenant 1's one cold bin,
+        // which isolation would have kept (half the pool is tenant 1's there).
+        let mut c = Vfrm::new(4 << 20, &cfg).unwrap();
+        let mut iso = Vfrm::with_sharing(4 << 20, &cfg, Sharing::PerTenant).unwrap();
+        let mut ev = Events::new();
+        for p in [&mut c, &mut iso] {
+            for b in 0..4 {
+                for _ in 0..3 {
+                    p.access(acc(0, 0, b), &mut ev);
+                }
+            }
+            p.access(acc(0, 1, 9), &mut ev);
+        }
+        for b in 0..4 {
+            assert!(c.access(acc(SEC, 0, b), &mut ev).hit, "fair: bin {b}");
+        }
+        assert!(!c.access(acc(SEC, 1, 9), &mut ev).hit);
+        assert_eq!(c.kind(), PolicyKind::Vfrm);
+        let mut occ = vec![];
+        c.occupancy(&mut occ);
+        assert_eq!(occ[0].resident_lines, 32);
+        assert_eq!(occ[0].reserved_lines, None, "no reservations in one pool");
+        // Isolation: 2 bins each; tenant 1's cold bin is in, two of 0's are out.
+        assert!(iso.access(acc(SEC, 1, 9), &mut ev).hit);
+        let hits = (0..4)
+            .filter(|&b| iso.access(acc(SEC, 0, b), &mut ev).hit)
+            .count();
+        assert_eq!(hits, 2);
+        assert_eq!(iso.kind(), PolicyKind::Isolation);
     }
 }

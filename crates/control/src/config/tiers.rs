@@ -46,7 +46,7 @@ pub struct TierSpec {
     /// less 12.5% over-provisioning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_size: Option<ByteSize>,
-    /// Replacement policy: glru, car, arc, vfrm, grem or dgrem. Default
+    /// Replacement policy: glru, car, arc, vfrm, isolation, grem or dgrem. Default
     /// `dgrem`.
     #[serde(default = "default_policy", deserialize_with = "de_policy")]
     pub policy: PolicyKind,
@@ -322,7 +322,7 @@ mod tests {
         ));
         assert!(
             e.contains("unknown cache policy \"lfu\"")
-                && e.contains("glru, car, arc, vfrm, grem, dgrem"),
+                && e.contains("glru, car, arc, vfrm, isolation, grem, dgrem"),
             "{e}"
         );
         let e = err(&format!(
