@@ -363,12 +363,14 @@ fn dir() -> Option<PathBuf> {
         env!("CARGO_MANIFEST_DIR"),
         "/../../../shared/traces/block"
     ));
-    if d.is_dir() {
-        Some(d)
-    } else {
-        eprintln!("skipping: {} is absent", d.display());
-        None
-    }
+    // CI always has ../shared beside the clone: a missing input is a failure,
+    // never a silent skip.
+    assert!(
+        d.is_dir(),
+        "the trace samples are missing: {} (clone the project with ../shared beside it)",
+        d.display()
+    );
+    Some(d)
 }
 
 #[test]
