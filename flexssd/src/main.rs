@@ -7,6 +7,7 @@
 
 mod api;
 mod client;
+mod cluster_api;
 mod cluster_cmd;
 mod elastic_cmd;
 mod harvest_cmd;
@@ -363,7 +364,10 @@ fn main() -> ExitCode {
             cli.cluster.as_deref().unwrap_or("http://127.0.0.1:8750"),
             cli.ca_file.as_deref(),
         ),
-        Command::Token(a) => token_cmd::run(a, &api_url(&a.client)),
+        Command::Token(a) => match &cli.cluster {
+            Some(url) => token_cmd::run(a, url),
+            None => token_cmd::run(a, &api_url(&a.client)),
+        },
         Command::Config(ConfigCmd::Default) => {
             print!("{}", control::DEFAULT_CONFIG);
             Ok(())

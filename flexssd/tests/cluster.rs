@@ -250,7 +250,8 @@ impl Sched {
             }
             let (code, _) =
                 try_http("GET", &format!("{}/v1/cluster/status", s.url()), None).ok()?;
-            (code == 200).then_some(())
+            // 401: up, with authentication on.
+            (code == 200 || code == 401).then_some(())
         });
         s
     }
@@ -1986,4 +1987,244 @@ fn etcd_with_user_and_password() {
     assert!(out.contains("export: nbd://"), "{out}");
     f.wait_ready(&["auth1".to_string()], 30);
     assert!(f.index().contains_key("auth1"));
+}
+
+/// One request with `Authorization: Bearer token` (none for `None`).
+fn http_as(token: Option<&str>, method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
+    let mut req = ureq::request(method, url).timeout(Duration::from_secs(30));
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    let r = match body {
+        Some(b) => req
+            .set("Content-Type", "application/json")
+            .send_string(&b.to_string()),
+        None => req.call(),
+    };
+    let (code, t) = match r {
+        Ok(resp) => (resp.status(), resp.into_string().unwrap_or_default()),
+        Err(ureq::Error::Status(code, resp)) => (code, resp.into_string().unwrap_or_default()),
+        Err(e) => panic!("{method} {url}: no answer: {e}"),
+    };
+    (code, serde_json::from_str(&t).unwrap_or(Value::String(t)))
+}
+
+/// `flexssd --cluster URL ARGS` with FLEXSSD_TOKEN set.
+fn cli_as(url: &str, token: &str, args: &[&str]) -> Output {
+    Command::new("timeout")
+        .arg("120")
+        .arg(BIN)
+        .args(["--cluster", url])
+        .args(args)
+        .env("FLEXSSD_TOKEN", token)
+        .env_remove("FLEXSSD_TOKEN_FILE")
+        .env_remove("FLEXSSD_CLUSTER")
+        .output()
+        .unwrap()
+}
+
+/// Fleet tokens: an admin makes tenant tokens with the CLI; a tenant token
+/// sees and changes only its own tenant's vSSDs, harvest volumes and events,
+/// creates vSSDs for its own tenant only, and is refused (403) the fleet's
+/// hosts, pool and tokens; bad or missing credentials are 401, and a revoked
+/// token is refused from the next request on.
+#[test]
+fn fleet_tokens_scope_tenants() {
+    require!(tools().is_ok(), tools().unwrap_err());
+    let etcd = Etcd::start();
+    let admin = "fleet-admin-secret-0123456789";
+    let tf = etcd.dir.path().join("admin.token");
+    std::fs::write(&tf, format!("{admin}\n")).unwrap();
+    let tfs = tf.display().to_string();
+    let sched = Sched::start(&etcd, "s1", &["--api-token-file", &tfs]);
+    let url = sched.url();
+    let ep = etcd.url();
+    let mut f = Fleet {
+        etcd,
+        hosts: Vec::new(),
+        scheds: vec![sched],
+    };
+    f.hosts.push(Host::start(&ep, "h1", 1, ""));
+    f.hosts.push(Host::start(&ep, "h2", 1, HARVEST));
+    let a = Some(admin);
+    wait_for(30, "both hosts alive and h2's gSSDs published", || {
+        let (_, hosts) = http_as(a, "GET", &format!("{url}/v1/cluster/hosts"), None);
+        let (_, g) = http_as(a, "GET", &format!("{url}/v1/gssds"), None);
+        (hosts
+            .as_array()?
+            .iter()
+            .filter(|h| h["state"] == "alive")
+            .count()
+            == 2
+            && !g.as_array()?.is_empty())
+        .then_some(())
+    });
+    // Tokens, made by the admin with the CLI: printed once, listed without secrets.
+    let make = |tenant: &str| {
+        let o = cli_as(&url, admin, &["token", "create", "--tenant", tenant]);
+        assert!(o.status.success(), "token create: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let alice = make("alice");
+    let bob = make("bob");
+    assert!(alice.starts_with("fxs_") && alice != bob, "{alice}");
+    let list = cli_as(&url, admin, &["token", "list"]);
+    let listed = String::from_utf8_lossy(&list.stdout).into_owned();
+    assert!(
+        listed.contains("alice") && listed.contains("bob"),
+        "{listed}"
+    );
+    assert!(
+        !listed.contains(&alice[21..]),
+        "token list shows a secret: {listed}"
+    );
+    assert!(!f
+        .etcd
+        .get_prefix("/flexssd/tokens/")
+        .values()
+        .any(|v| v.contains(&alice[21..])));
+
+    // No token, a garbage one: 401.
+    assert_eq!(
+        http_as(None, "GET", &format!("{url}/v1/vssds"), None).0,
+        401
+    );
+    assert_eq!(
+        http_as(Some("fxs_nope"), "GET", &format!("{url}/v1/vssds"), None).0,
+        401
+    );
+    // Creates: for one's own tenant only.
+    let (code, v) = http_as(
+        Some(&alice),
+        "POST",
+        &format!("{url}/v1/vssds"),
+        Some(&json!({"name": "a1", "channels": 1, "host": "h1"})),
+    );
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(f.index()["a1"]["tenant"], "alice");
+    let (code, v) = http_as(
+        Some(&alice),
+        "POST",
+        &format!("{url}/v1/vssds"),
+        Some(&json!({"name": "a2", "channels": 1, "tenant": "bob"})),
+    );
+    assert_eq!(code, 403, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("another tenant"),
+        "{v}"
+    );
+    for (name, role) in [("b1", "regular"), ("bh", "harvest")] {
+        let (code, v) = http_as(
+            Some(&bob),
+            "POST",
+            &format!("{url}/v1/vssds"),
+            Some(&json!({"name": name, "channels": 1, "host": "h1", "role": role})),
+        );
+        assert_eq!(code, 201, "{v}");
+    }
+    wait_for(30, "bob's vSSDs ready", || {
+        let (_, l) = http_as(Some(&bob), "GET", &format!("{url}/v1/vssds"), None);
+        (l.as_array()?
+            .iter()
+            .filter(|v| v["state"] == "ready")
+            .count()
+            == 2)
+            .then_some(())
+    });
+    let (code, v) = http_as(
+        Some(&bob),
+        "POST",
+        &format!("{url}/v1/harvest/volumes"),
+        Some(&json!({"name": "bv", "tenant": "bh", "capacity": "64MiB"})),
+    );
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["owner"], "bob", "{v}");
+
+    // Alice sees only her own.
+    let (_, l) = http_as(Some(&alice), "GET", &format!("{url}/v1/vssds"), None);
+    let names: Vec<&str> = l
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["a1"], "{l}");
+    let (_, l) = http_as(Some(&bob), "GET", &format!("{url}/v1/vssds"), None);
+    assert_eq!(l.as_array().unwrap().len(), 2, "{l}");
+    let (_, l) = http_as(a, "GET", &format!("{url}/v1/vssds"), None);
+    assert_eq!(l.as_array().unwrap().len(), 3, "the admin sees all: {l}");
+    for (method, path, body) in [
+        ("GET", "/v1/vssds/b1", None),
+        ("DELETE", "/v1/vssds/b1", None),
+        ("GET", "/v1/harvest/volumes/bv", None),
+        ("DELETE", "/v1/harvest/volumes/bv", None),
+        (
+            "POST",
+            "/v1/harvest/volumes",
+            Some(json!({"name": "av", "tenant": "bh", "capacity": "64MiB"})),
+        ),
+        ("GET", "/v1/cluster/hosts", None),
+        ("GET", "/v1/cluster/status", None),
+        ("GET", "/v1/gssds", None),
+        ("GET", "/v1/tokens", None),
+        (
+            "POST",
+            "/v1/tokens",
+            Some(json!({"tenant": "alice", "role": "admin"})),
+        ),
+    ] {
+        let (code, v) = http_as(Some(&alice), method, &format!("{url}{path}"), body.as_ref());
+        assert_eq!(code, 403, "alice {method} {path}: {v}");
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .contains("tenant token of \"alice\""),
+            "{v}"
+        );
+    }
+    let (_, l) = http_as(
+        Some(&alice),
+        "GET",
+        &format!("{url}/v1/harvest/volumes"),
+        None,
+    );
+    assert_eq!(l, json!([]));
+    let (_, ev) = http_as(
+        Some(&alice),
+        "GET",
+        &format!("{url}/v1/events?limit=1000"),
+        None,
+    );
+    let ev = ev.as_array().unwrap();
+    assert!(
+        !ev.is_empty() && ev.iter().all(|e| e["tenant"] == "alice"),
+        "{ev:?}"
+    );
+    let (_, ev) = http_as(
+        Some(&bob),
+        "GET",
+        &format!("{url}/v1/events?limit=1000"),
+        None,
+    );
+    assert!(
+        ev.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "harvest-placed"),
+        "{ev}"
+    );
+    // b1 survived alice's attempt.
+    assert!(f.index().contains_key("b1"));
+
+    // Revoked: refused from the next request on.
+    let id = &alice[4..20];
+    let o = cli_as(&url, admin, &["token", "revoke", id]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (code, v) = http_as(Some(&alice), "GET", &format!("{url}/v1/vssds"), None);
+    assert_eq!(code, 401, "{v}");
+    // Bob deleting his harvest tenant releases his volume.
+    let (code, v) = http_as(Some(&bob), "DELETE", &format!("{url}/v1/vssds/bh"), None);
+    assert_eq!(code, 200, "{v}");
+    assert!(harvest_index(&f).is_empty());
 }

@@ -17,6 +17,7 @@
 //! {prefix}/hobserved/{host}/{name}    ObservedHarvest what the agent serves, or its error
 //! {prefix}/events/{ms}-{sched}-{n}  FleetEvent       the fleet's event log (sorts by time)
 //! {prefix}/scheduler/leader           LeaderRecord    lease-held by the active scheduler
+//! {prefix}/tokens/{id}                TokenRecord     fleet API tokens (hashed; crates/auth)
 //! ```
 //!
 //! A device's allocation is one key so that one compare-and-swap on its
@@ -123,6 +124,14 @@ impl Keys {
     /// its counter keep two events of the same millisecond apart.
     pub fn event(&self, ms: u64, scheduler: &str, n: u64) -> String {
         format!("{}/events/{ms:013}-{scheduler}-{n:08}", self.prefix)
+    }
+    /// Prefix of the fleet API's tokens.
+    pub fn tokens(&self) -> String {
+        format!("{}/tokens/", self.prefix)
+    }
+    /// One token record (`auth::TokenRecord`: the hash, never the secret).
+    pub fn token(&self, id: &str) -> String {
+        format!("{}/tokens/{id}", self.prefix)
     }
     /// The active scheduler's key.
     pub fn leader(&self) -> String {
@@ -419,6 +428,10 @@ pub struct FleetEvent {
     /// The host concerned, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The tenant whose vSSD or harvest volume it concerns, if any: a tenant
+    /// token sees only its own tenant's events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     /// Human-readable detail.
     pub detail: String,
 }

@@ -48,6 +48,7 @@ mod delete;
 mod harvest;
 mod place;
 mod reads;
+mod tokens;
 mod view;
 
 pub use harvest::FleetHarvestStatus;
@@ -263,6 +264,7 @@ impl Scheduler {
             at_ms: (self.wall)(),
             kind: kind.into(),
             host: host.map(str::to_string),
+            tenant: None,
             detail,
         }
     }

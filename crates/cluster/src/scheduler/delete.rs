@@ -81,7 +81,7 @@ impl Scheduler {
                     }
                 }
             }
-            let ev = self.make_event(
+            let mut ev = self.make_event(
                 "vssd-deleted",
                 Some(&v.host),
                 format!(
@@ -95,6 +95,7 @@ impl Scheduler {
                     }
                 ),
             );
+            ev.tenant = v.tenant.clone();
             ops.push(TxnOp::put(self.event_key(), encode(&ev), None));
             let resp = c.txn(Txn::new().when(cmps).and_then(ops)).await?;
             if resp.succeeded() {

@@ -309,7 +309,7 @@ impl Scheduler {
                 owner: tenant.tenant.clone(),
                 evicted: None,
             };
-            let ev = self.make_event(
+            let mut ev = self.make_event(
                 "harvest-placed",
                 Some(&host),
                 format!(
@@ -320,6 +320,7 @@ impl Scheduler {
                     req.bandwidth
                 ),
             );
+            ev.tenant = rec.owner.clone();
             let txn = Txn::new()
                 .when(vec![
                     Compare::create_revision(hkey.clone(), CompareOp::Equal, 0),
@@ -458,7 +459,7 @@ impl Scheduler {
                 )));
             };
             let h: FleetHarvest = decode(kv.key(), kv.value())?;
-            let ev = self.make_event(
+            let mut ev = self.make_event(
                 "harvest-released",
                 Some(&h.host),
                 format!(
@@ -466,6 +467,7 @@ impl Scheduler {
                     h.tenant, h.host
                 ),
             );
+            ev.tenant = h.owner.clone();
             let resp = c
                 .txn(
                     Txn::new()
@@ -515,7 +517,7 @@ impl Scheduler {
                 continue;
             }
             h.evicted = Some(format!("host {host} was lost"));
-            let ev = self.make_event(
+            let mut ev = self.make_event(
                 "harvest-evicted",
                 Some(host),
                 format!(
@@ -523,6 +525,7 @@ impl Scheduler {
                     h.name, h.tenant
                 ),
             );
+            ev.tenant = h.owner.clone();
             let res = c
                 .txn(
                     Txn::new()

@@ -249,7 +249,7 @@ impl Scheduler {
     }
 
     fn placed_event(&self, v: &FleetVssd) -> FleetEvent {
-        self.make_event(
+        let mut ev = self.make_event(
             "vssd-placed",
             Some(&v.host),
             format!(
@@ -262,7 +262,9 @@ impl Scheduler {
                     .map(|(s, e)| format!(" blocks {s}..{e}"))
                     .unwrap_or_default()
             ),
-        )
+        );
+        ev.tenant = v.tenant.clone();
+        ev
     }
 
     /// Places one request on its own (from the committer).

@@ -1,0 +1,478 @@
+//! The fleet API (`flexssd cluster serve`): routes, who may do what, and
+//! forwarding of changes to the active scheduler.
+//!
+//! Authentication is the bootstrap admin token of `--api-token-file`, or a
+//! fleet token (`flexssd --cluster URL token create`), the same kind of token
+//! as a host's API, kept hashed in etcd. An admin sees and changes
+//! everything. A tenant token sees and changes only its own tenant's vSSDs
+//! and harvest volumes, sees only their events, and creates vSSDs for its own
+//! tenant only; the fleet's hosts, status, gSSD pool and tokens are for
+//! admins (403, naming what was refused). Missing or bad credentials are 401.
+//! A follower forwards a change with the client's own Authorization header,
+//! and the active scheduler checks it again.
+
+use std::sync::Arc;
+
+use auth::{Presented, Principal, Role, TokenInfo};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use cluster::keys::FleetEvent;
+use cluster::scheduler::{FleetHarvestStatus, FleetStatus, HostStatus, VssdStatus};
+use cluster::{ClusterError, CreateRequest, Scheduler};
+use serde::Deserialize;
+use tracing::info;
+
+use crate::api::{CreatedToken, TokenRequest};
+
+/// What every handler shares.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    /// This scheduler.
+    pub sched: Arc<Scheduler>,
+    /// The bootstrap admin token (`--api-token-file`); `None`: authentication off.
+    pub token: Option<Arc<str>>,
+    /// HTTP client for forwarding changes to the active scheduler.
+    pub forward: ureq::Agent,
+}
+
+struct FleetError(StatusCode, String);
+
+impl IntoResponse for FleetError {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+    }
+}
+
+impl From<ClusterError> for FleetError {
+    fn from(e: ClusterError) -> Self {
+        FleetError(
+            StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            e.to_string(),
+        )
+    }
+}
+
+/// Who sends a request. With authentication off (no `--api-token-file`),
+/// everyone is an admin (loopback only, which `serve` enforces). Otherwise
+/// the bearer token is the bootstrap admin token, or a fleet token (`fxs_…`)
+/// whose hash is in etcd.
+async fn principal(st: &AppState, headers: &HeaderMap) -> Result<Principal, FleetError> {
+    let Some(want) = &st.token else {
+        return Ok(Principal::unauthenticated_admin());
+    };
+    let Some(header) = headers.get("authorization").and_then(|v| v.to_str().ok()) else {
+        return Err(FleetError(
+            StatusCode::UNAUTHORIZED,
+            "missing credentials: send a fleet API token as a bearer token (--token-file or FLEXSSD_TOKEN)".into(),
+        ));
+    };
+    let got = header
+        .trim()
+        .split_once(' ')
+        .filter(|(s, _)| s.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim())
+        .unwrap_or("");
+    if auth::constant_time_eq(got.as_bytes(), want.as_bytes()) {
+        return Ok(Principal {
+            token_id: None,
+            tenant: Some("fleet admin".into()),
+            role: Role::Admin,
+        });
+    }
+    let p = Presented::from_authorization(header)
+        .map_err(|_| FleetError(StatusCode::UNAUTHORIZED, "invalid token".into()))?;
+    match st.sched.token_check(&p).await? {
+        Some(rec) => Ok(Principal::of(&rec)),
+        None => Err(FleetError(
+            StatusCode::UNAUTHORIZED,
+            "invalid token: unknown or revoked".into(),
+        )),
+    }
+}
+
+fn forbidden(p: &Principal, what: &str) -> FleetError {
+    FleetError(
+        StatusCode::FORBIDDEN,
+        format!("forbidden: a {} may not {what}", p.describe()),
+    )
+}
+
+fn require_admin(p: &Principal, what: &str) -> Result<(), FleetError> {
+    if p.is_admin() {
+        Ok(())
+    } else {
+        Err(forbidden(p, &format!("{what} (an admin token may)")))
+    }
+}
+
+/// A change this scheduler cannot make: send it to the active one.
+async fn forward(
+    st: &AppState,
+    method: Method,
+    path: String,
+    headers: &HeaderMap,
+    body: Option<Bytes>,
+    err: ClusterError,
+) -> Response {
+    let ClusterError::NotLeader { leader } = &err else {
+        return FleetError::from(err).into_response();
+    };
+    if leader == "none" {
+        return FleetError::from(err).into_response();
+    }
+    let url = format!("{}{}", leader.trim_end_matches('/'), path);
+    let agent = st.forward.clone();
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let res = tokio::task::spawn_blocking(move || {
+        let mut r = agent.request(method.as_str(), &url);
+        if let Some(a) = auth {
+            r = r.set("Authorization", &a);
+        }
+        let r = match body {
+            Some(b) => r.set("Content-Type", "application/json").send_bytes(&b),
+            None => r.call(),
+        };
+        match r {
+            Ok(resp) | Err(ureq::Error::Status(_, resp)) => {
+                let code = resp.status();
+                Ok((code, resp.into_string().unwrap_or_default()))
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    match res {
+        Ok(Ok((code, text))) => (
+            StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY),
+            [("content-type", "application/json")],
+            text,
+        )
+            .into_response(),
+        Ok(Err(e)) => FleetError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the active scheduler at {leader} is unreachable ({e}); retry in a few seconds"
+            ),
+        )
+        .into_response(),
+        Err(e) => FleetError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+async fn h_gssds(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<cluster::scheduler::FleetGssd>>, FleetError> {
+    let p = principal(&st, &headers).await?;
+    require_admin(&p, "see the fleet's gSSD pool")?;
+    Ok(Json(st.sched.gssds()))
+}
+
+async fn h_status(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<FleetStatus>, FleetError> {
+    let p = principal(&st, &headers).await?;
+    require_admin(&p, "see the fleet's status")?;
+    Ok(Json(st.sched.status()))
+}
+
+async fn h_hosts(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<HostStatus>>, FleetError> {
+    let p = principal(&st, &headers).await?;
+    require_admin(&p, "see the fleet's hosts")?;
+    Ok(Json(st.sched.hosts()))
+}
+
+async fn h_list(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<VssdStatus>>, FleetError> {
+    let p = principal(&st, &headers).await?;
+    let mut l = st.sched.list().await?;
+    l.retain(|v| p.owns(v.vssd.tenant.as_deref()));
+    Ok(Json(l))
+}
+
+async fn h_create(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let p = match principal(&st, &headers).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let mut req: CreateRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return FleetError(
+                StatusCode::BAD_REQUEST,
+                format!("invalid vSSD request: {e}"),
+            )
+            .into_response()
+        }
+    };
+    if !p.is_admin() {
+        if req.tenant.is_some() && req.tenant != p.tenant {
+            return forbidden(&p, "create a vSSD for another tenant").into_response();
+        }
+        req.tenant.clone_from(&p.tenant);
+    }
+    match st.sched.create(&req).await {
+        Ok(v) => (StatusCode::CREATED, Json(v)).into_response(),
+        Err(e) => {
+            forward(
+                &st,
+                Method::POST,
+                "/v1/vssds".into(),
+                &headers,
+                Some(body),
+                e,
+            )
+            .await
+        }
+    }
+}
+
+async fn h_show(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<VssdStatus>, FleetError> {
+    let p = principal(&st, &headers).await?;
+    let v = st.sched.show(&name).await?;
+    if !p.owns(v.vssd.tenant.as_deref()) {
+        return Err(forbidden(&p, &format!("see vSSD {name:?}")));
+    }
+    Ok(Json(v))
+}
+
+async fn h_delete(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    let p = match principal(&st, &headers).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    if !p.is_admin() {
+        match st.sched.show(&name).await {
+            Ok(v) if !p.owns(v.vssd.tenant.as_deref()) => {
+                return forbidden(&p, &format!("delete vSSD {name:?}")).into_response()
+            }
+            Ok(_) => {}
+            Err(e) => return FleetError::from(e).into_response(),
+        }
+    }
+    match st.sched.delete(&name).await {
+        Ok(()) => Json(serde_json::json!({ "deleted": name })).into_response(),
+        Err(e) => {
+            forward(
+                &st,
+                Method::DELETE,
+                format!("/v1/vssds/{name}"),
+                &headers,
+                None,
+                e,
+            )
+            .await
+        }
+    }
+}
+
+async fn h_harvest_list(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<FleetHarvestStatus>>, FleetError> {
+    let p = principal(&st, &headers).await?;
+    let mut l = st.sched.harvest_list().await?;
+    l.retain(|v| p.owns(v.volume.owner.as_deref()));
+    Ok(Json(l))
+}
+
+async fn h_harvest_show(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<FleetHarvestStatus>, FleetError> {
+    let p = principal(&st, &headers).await?;
+    let v = st.sched.harvest_show(&name).await?;
+    if !p.owns(v.volume.owner.as_deref()) {
+        return Err(forbidden(&p, &format!("see harvest volume {name:?}")));
+    }
+    Ok(Json(v))
+}
+
+async fn h_harvest_request(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let p = match principal(&st, &headers).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let req: control::HarvestRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return FleetError(
+                StatusCode::BAD_REQUEST,
+                format!("invalid harvest request: {e}"),
+            )
+            .into_response()
+        }
+    };
+    if !p.is_admin() {
+        // The tenant's own harvest tenant only; an unknown one gets the
+        // scheduler's 404.
+        if let Ok(t) = st.sched.show(&req.tenant).await {
+            if !p.owns(t.vssd.tenant.as_deref()) {
+                return forbidden(&p, &format!("harvest for vSSD {:?}", req.tenant))
+                    .into_response();
+            }
+        }
+    }
+    match st.sched.harvest_request(&req).await {
+        Ok(v) => (StatusCode::CREATED, Json(v)).into_response(),
+        Err(e) => {
+            forward(
+                &st,
+                Method::POST,
+                "/v1/harvest/volumes".into(),
+                &headers,
+                Some(body),
+                e,
+            )
+            .await
+        }
+    }
+}
+
+async fn h_harvest_release(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    let p = match principal(&st, &headers).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    if !p.is_admin() {
+        match st.sched.harvest_show(&name).await {
+            Ok(v) if !p.owns(v.volume.owner.as_deref()) => {
+                return forbidden(&p, &format!("release harvest volume {name:?}")).into_response()
+            }
+            Ok(_) => {}
+            Err(e) => return FleetError::from(e).into_response(),
+        }
+    }
+    match st.sched.harvest_release(&name).await {
+        Ok(()) => Json(serde_json::json!({ "released": name })).into_response(),
+        Err(e) => {
+            forward(
+                &st,
+                Method::DELETE,
+                format!("/v1/harvest/volumes/{name}"),
+                &headers,
+                None,
+                e,
+            )
+            .await
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    limit: Option<i64>,
+    since: Option<u64>,
+}
+
+async fn h_events(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<EventsQuery>,
+) -> Result<Json<Vec<FleetEvent>>, FleetError> {
+    let p = principal(&st, &headers).await?;
+    let mut l = st
+        .sched
+        .events(
+            q.limit.unwrap_or(100).clamp(1, 10_000),
+            q.since.unwrap_or(0),
+        )
+        .await?;
+    if !p.is_admin() {
+        l.retain(|e| e.tenant.is_some() && p.owns(e.tenant.as_deref()));
+    }
+    Ok(Json(l))
+}
+
+async fn h_tokens_list(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<TokenInfo>>, FleetError> {
+    let p = principal(&st, &headers).await?;
+    require_admin(&p, "list the fleet's API tokens")?;
+    Ok(Json(st.sched.token_list().await?))
+}
+
+async fn h_token_create(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<CreatedToken>), FleetError> {
+    let p = principal(&st, &headers).await?;
+    require_admin(&p, "make API tokens")?;
+    let req: TokenRequest = serde_json::from_slice(&body).map_err(|e| {
+        FleetError(
+            StatusCode::BAD_REQUEST,
+            format!("invalid token request: {e}"),
+        )
+    })?;
+    let (token, info) = st.sched.token_create(&req.tenant, req.role).await?;
+    info!(id = %info.id, tenant = %info.tenant, role = %info.role, by = %p.describe(), "fleet API token created");
+    Ok((StatusCode::CREATED, Json(CreatedToken { token, info })))
+}
+
+async fn h_token_revoke(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, FleetError> {
+    let p = principal(&st, &headers).await?;
+    require_admin(&p, "revoke API tokens")?;
+    st.sched.token_revoke(&id).await?;
+    info!(id = %id, by = %p.describe(), "fleet API token revoked");
+    Ok(Json(serde_json::json!({ "revoked": id })))
+}
+
+/// The fleet API's routes.
+pub(crate) fn router(st: AppState) -> Router {
+    Router::new()
+        .route("/v1/cluster/status", get(h_status))
+        .route("/v1/cluster/hosts", get(h_hosts))
+        .route("/v1/vssds", get(h_list).post(h_create))
+        .route("/v1/vssds/:name", get(h_show).delete(h_delete))
+        .route("/v1/events", get(h_events))
+        .route("/v1/gssds", get(h_gssds))
+        .route(
+            "/v1/harvest/volumes",
+            get(h_harvest_list).post(h_harvest_request),
+        )
+        .route(
+            "/v1/harvest/volumes/:name",
+            get(h_harvest_show).delete(h_harvest_release),
+        )
+        .route("/v1/tokens", get(h_tokens_list).post(h_token_create))
+        .route("/v1/tokens/:id", axum::routing::delete(h_token_revoke))
+        .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
+        .with_state(st)
+}
