@@ -62,8 +62,9 @@ fn whole_inode_fsync(f: &File) -> bool {
     use std::os::fd::AsRawFd;
     const EXT4_SUPER_MAGIC: i64 = 0xEF53;
     const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
-    // SAFETY: fstatfs fills the struct we pass; the descriptor is ours.
+    // SAFETY: statfs is plain old data; all zeroes is a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs fills the struct we pass; the descriptor is ours.
     if unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) } != 0 {
         return false;
     }
