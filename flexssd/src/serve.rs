@@ -1,7 +1,10 @@
 //! `flexssd serve`: the daemon.
 //!
-//! Startup order matters: the data directory is locked before anything in it is
-//! touched, the host manager recovers every vSSD before a client can connect, the
+//! Startup order matters: the network addresses are bound first, before any
+//! state exists (a second daemon started on a busy port must fail without
+//! creating a data directory, a device file or a vSSD, and a daemon that cannot
+//! serve should not have changed anything), then the data directory is locked
+//! before anything in it is touched, the host manager recovers every vSSD before a client can connect, the
 //! first admin token exists before the API listens (with `[api] auth = "token"`),
 //! and the listeners are bound before the addresses are announced. Shutdown
 //! reverses it: stop accepting, let the servers drain, then close every vSSD
@@ -214,9 +217,18 @@ fn nbd_server_config(cfg: &Config) -> Result<nbd::ServerConfig> {
 /// Takes an exclusive `flock` on `<data_dir>/flexssd.lock` for the daemon's life, so
 /// that two daemons never manage the same flash.
 fn lock_data_dir(cfg: &Config) -> Result<File> {
+    let mut f = lock_data_dir_with(cfg, true)?;
+    f.set_len(0)?;
+    write!(f, "{}", std::process::id())?;
+    Ok(f)
+}
+
+/// Takes the data directory's lock, creating the lock file only with `create`;
+/// fails naming the daemon that holds it.
+fn lock_data_dir_with(cfg: &Config, create: bool) -> Result<File> {
     let path = cfg.lock_path();
-    let mut f = File::options()
-        .create(true)
+    let f = File::options()
+        .create(create)
         .truncate(false)
         .read(true)
         .write(true)
@@ -242,8 +254,6 @@ fn lock_data_dir(cfg: &Config) -> Result<File> {
         }
         return Err(e).with_context(|| format!("locking {}", path.display()));
     }
-    f.set_len(0)?;
-    write!(f, "{}", std::process::id())?;
     Ok(f)
 }
 
@@ -270,6 +280,8 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         // Set before any other thread starts.
         std::env::set_var("RAYON_NUM_THREADS", "1");
     }
+    // Before any state: the addresses this daemon will serve on.
+    let early = bind_early(&cfg)?;
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data directory {}", cfg.data_dir.display()))?;
     let _lock = lock_data_dir(&cfg)?;
@@ -282,7 +294,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting tokio")?;
-    let result = rt.block_on(serve(&cfg, mgr.clone(), api_tls));
+    let result = rt.block_on(serve(&cfg, mgr.clone(), api_tls, early));
     // Close every vSSD (checkpoint) whatever happened to the servers.
     let closed = mgr.shutdown();
     rt.shutdown_timeout(Duration::from_secs(2));
@@ -294,10 +306,51 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     Ok(())
 }
 
+/// The TCP listeners bound before the daemon touches any state.
+struct EarlyListeners {
+    api: std::net::TcpListener,
+    nbd_tcp: Option<std::net::TcpListener>,
+}
+
+/// Binds the HTTP API and NBD TCP addresses, and checks that no server is
+/// listening on the NBD unix socket, before any state is created: an address
+/// that is taken stops the start here, naming it, with nothing changed. (The
+/// unix socket itself is bound once the data directory is locked, since a
+/// stale socket file there is removed first.)
+fn bind_early(cfg: &Config) -> Result<EarlyListeners> {
+    // A daemon already on this data directory is the likeliest reason for a busy
+    // address: say so (checked without creating the directory or the lock file).
+    if std::fs::exists(cfg.lock_path()).unwrap_or(false) {
+        drop(lock_data_dir_with(cfg, false)?);
+    }
+    let bind = |addr: std::net::SocketAddr, what: &str| {
+        let l = std::net::TcpListener::bind(addr).with_context(|| {
+            format!("binding {what} on {addr} (is another daemon running? nothing was created)")
+        })?;
+        l.set_nonblocking(true)
+            .with_context(|| format!("{what} on {addr}: setting non-blocking"))?;
+        Ok::<_, anyhow::Error>(l)
+    };
+    let api = bind(cfg.api.listen, "the HTTP API")?;
+    let nbd_tcp = match cfg.nbd.tcp {
+        Some(addr) => Some(bind(addr, "the NBD TCP address")?),
+        None => None,
+    };
+    let sock = cfg.nbd_socket();
+    if std::os::unix::net::UnixStream::connect(&sock).is_ok() {
+        bail!(
+            "the NBD socket {} is in use: another server is listening on it (nothing was created)",
+            sock.display()
+        );
+    }
+    Ok(EarlyListeners { api, nbd_tcp })
+}
+
 async fn serve(
     cfg: &Config,
     mgr: Arc<HostManager>,
     api_tls: Option<Arc<rustls::ServerConfig>>,
+    early: EarlyListeners,
 ) -> Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
 
@@ -313,20 +366,11 @@ async fn serve(
     }
     let unix = UnixListener::bind(&sock)
         .with_context(|| format!("binding NBD socket {}", sock.display()))?;
-    let tcp = match cfg.nbd.tcp {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding NBD TCP address {addr}"))?,
-        ),
+    let tcp = match early.nbd_tcp {
+        Some(l) => Some(TcpListener::from_std(l).context("the NBD TCP listener")?),
         None => None,
     };
-    let api = TcpListener::bind(cfg.api.listen).await.with_context(|| {
-        format!(
-            "binding the HTTP API on {} (is another daemon running?)",
-            cfg.api.listen
-        )
-    })?;
+    let api = TcpListener::from_std(early.api).context("the HTTP API's listener")?;
     let api_addr = api.local_addr()?;
 
     let registry: Arc<dyn nbd::ExportRegistry> = mgr.clone();

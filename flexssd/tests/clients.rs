@@ -225,3 +225,131 @@ fn nbd_over_localhost_tcp() {
     );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("Pattern verification failed"));
 }
+
+/// `nbdinfo --map --json`: (offset, length, hole) per extent.
+fn nbdinfo_map(uri: &str) -> Vec<(u64, u64, bool)> {
+    let out = run("nbdinfo", &["--map", "--json", uri]);
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    j.as_array()
+        .unwrap_or_else(|| panic!("not a map: {j}"))
+        .iter()
+        .map(|e| {
+            let t = e["type"].as_u64().unwrap();
+            (
+                e["offset"].as_u64().unwrap(),
+                e["length"].as_u64().unwrap(),
+                t & 1 != 0,
+            )
+        })
+        .collect()
+}
+
+/// A map from (start, end, hole) runs, merging neighbours of the same kind.
+fn runs(parts: &[(u64, u64, bool)]) -> Vec<(u64, u64, bool)> {
+    let mut out: Vec<(u64, u64, bool)> = Vec::new();
+    for &(s, e, h) in parts {
+        match out.last_mut() {
+            Some(last) if last.2 == h && last.0 + last.1 == s => last.1 += e - s,
+            _ => out.push((s, e - s, h)),
+        }
+    }
+    out
+}
+
+/// Block status with real clients: a fresh export is one hole; after sparse
+/// writes and a trim, `nbdinfo --map` and `qemu-img map` show exactly the
+/// written ranges as data; `nbdcopy` and `qemu-img convert` skip the holes
+/// (sparse copies with the same content).
+#[test]
+fn block_status_maps_holes_for_real_clients() {
+    require!(have("nbdinfo"), "nbdinfo (libnbd-bin) is not installed");
+    require!(have("qemu-io"), "qemu-io (qemu-utils) is not installed");
+    const M: u64 = 1 << 20;
+    let d = Daemon::start(SMALL_DEVICE);
+    let uri = d.uri("default");
+    let size = 216 * M;
+    assert_eq!(
+        nbdinfo_map(&uri),
+        [(0, size, true)],
+        "a fresh export is one hole"
+    );
+    let io = |cmd: &str| {
+        run("qemu-io", &["-f", "raw", "-c", cmd, &uri]);
+    };
+    io(&format!("write -P 0xab {} {}", 100 * M, M));
+    assert_eq!(
+        nbdinfo_map(&uri),
+        runs(&[
+            (0, 100 * M, true),
+            (100 * M, 101 * M, false),
+            (101 * M, size, true)
+        ])
+    );
+    io(&format!("write -P 0xcd {} 4096", 10 * M));
+    io(&format!("discard {} {}", 100 * M + 256 * 1024, 512 * 1024));
+    let want = runs(&[
+        (0, 10 * M, true),
+        (10 * M, 10 * M + 4096, false),
+        (10 * M + 4096, 100 * M, true),
+        (100 * M, 100 * M + 256 * 1024, false),
+        (100 * M + 256 * 1024, 100 * M + 768 * 1024, true),
+        (100 * M + 768 * 1024, 101 * M, false),
+        (101 * M, size, true),
+    ]);
+    assert_eq!(nbdinfo_map(&uri), want);
+    if have("qemu-img") {
+        let out = run("qemu-img", &["map", "--output=json", "-f", "raw", &uri]);
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let parts: Vec<(u64, u64, bool)> = j
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let s = e["start"].as_u64().unwrap();
+                (
+                    s,
+                    s + e["length"].as_u64().unwrap(),
+                    !e["data"].as_bool().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(runs(&parts), want, "qemu-img map: {j}");
+        // convert writes a sparse copy with the same content.
+        let img = d.dir.path().join("convert.img");
+        run(
+            "qemu-img",
+            &[
+                "convert",
+                "-f",
+                "raw",
+                "-O",
+                "raw",
+                &uri,
+                img.to_str().unwrap(),
+            ],
+        );
+        qemu_img_compare(&img, &uri);
+        let used = std::fs::metadata(&img)
+            .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+            .unwrap();
+        assert!(
+            used <= 2 * M,
+            "qemu-img convert copied holes: {used} bytes allocated"
+        );
+    }
+    if have("nbdcopy") {
+        let img = d.dir.path().join("copy.img");
+        std::fs::File::create(&img).unwrap().set_len(size).unwrap();
+        run("nbdcopy", &[&uri, img.to_str().unwrap()]);
+        let used = std::fs::metadata(&img)
+            .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+            .unwrap();
+        assert!(
+            used <= 2 * M,
+            "nbdcopy copied holes: {used} bytes allocated"
+        );
+        if have("qemu-img") {
+            qemu_img_compare(&img, &uri);
+        }
+    }
+}

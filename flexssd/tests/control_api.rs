@@ -644,6 +644,63 @@ fn a_second_daemon_on_the_same_data_dir_is_refused() {
     assert_eq!(d.names(), ["default"]);
 }
 
+/// Starts `flexssd serve` on the default configuration with a fresh data
+/// directory under `dir` and `args`; it must fail at once: returns its stderr.
+fn serve_must_fail(dir: &Path, args: &[&str]) -> String {
+    let data = dir.join("data");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_flexssd"));
+    c.args(["serve", "--data-dir"]).arg(&data).args(args);
+    c.stdin(Stdio::null());
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "serve {args:?} succeeded: {err}");
+    // Nothing at all was created: no data directory, so no device file, no
+    // store and no vSSD.
+    assert!(
+        !data.exists(),
+        "serve {args:?} created {}: {:?}",
+        data.display(),
+        std::fs::read_dir(&data).map(|d| d.count())
+    );
+    err
+}
+
+#[test]
+fn a_daemon_on_a_busy_address_fails_before_creating_anything() {
+    let d = Daemon::start();
+    let busy = d.api.trim_start_matches("http://").to_string();
+    let fresh = tempfile::tempdir().unwrap();
+    let sock = fresh.path().join("nbd.sock");
+    let sock = sock.to_str().unwrap();
+    // The API address is taken.
+    let err = serve_must_fail(fresh.path(), &["--api", &busy, "--nbd-socket", sock]);
+    assert!(
+        err.contains(&busy) && err.contains("HTTP API") && err.contains("nothing was created"),
+        "{err}"
+    );
+    // The NBD TCP address is taken (the API's is free).
+    let free = format!("127.0.0.1:{}", free_port());
+    let err = serve_must_fail(
+        fresh.path(),
+        &["--api", &free, "--nbd-socket", sock, "--nbd-tcp", &busy],
+    );
+    assert!(err.contains(&busy) && err.contains("NBD TCP"), "{err}");
+    // The NBD unix socket has a server on it.
+    let taken = d.data().join("nbd.sock");
+    let free = format!("127.0.0.1:{}", free_port());
+    let err = serve_must_fail(
+        fresh.path(),
+        &["--api", &free, "--nbd-socket", taken.to_str().unwrap()],
+    );
+    assert!(
+        err.contains(taken.to_str().unwrap()) && err.contains("in use"),
+        "{err}"
+    );
+    // The first daemon is unharmed, its socket still there.
+    assert_eq!(d.names(), ["default"]);
+    assert!(taken.exists());
+}
+
 #[test]
 fn serve_flags_override_the_config() {
     let sock_dir = tempfile::tempdir().unwrap();

@@ -50,9 +50,10 @@ pub fn run_connection(input: Vec<u8>) {
 }
 
 /// The client's side of a valid handshake into transmission on the default
-/// export, with or without structured replies.
+/// export, with or without structured replies, and with `meta` (and
+/// structured replies) selecting `base:allocation` so block status is allowed.
 #[allow(dead_code)] // Used by nbd_request only.
-pub fn handshake(structured: bool) -> Vec<u8> {
+pub fn handshake(structured: bool, meta: bool) -> Vec<u8> {
     let mut v = 3u32.to_be_bytes().to_vec();
     let mut opt = |o: u32, d: &[u8]| {
         v.extend_from_slice(&nbd::proto::IHAVEOPT.to_be_bytes());
@@ -62,6 +63,14 @@ pub fn handshake(structured: bool) -> Vec<u8> {
     };
     if structured {
         opt(nbd::proto::OPT_STRUCTURED_REPLY, &[]);
+        if meta {
+            let q = nbd::proto::META_BASE_ALLOCATION.as_bytes();
+            let mut d = 0u32.to_be_bytes().to_vec();
+            d.extend_from_slice(&1u32.to_be_bytes());
+            d.extend_from_slice(&(q.len() as u32).to_be_bytes());
+            d.extend_from_slice(q);
+            opt(nbd::proto::OPT_SET_META_CONTEXT, &d);
+        }
     }
     opt(nbd::proto::OPT_GO, &[0, 0, 0, 0, 0, 0]);
     v

@@ -27,7 +27,14 @@ fn check_classify(data: &[u8]) {
     assert_eq!(block.maximum % block.minimum, 0);
     let flags = tail.get(16).copied().unwrap_or(0);
     let size = u64::from(be32(tail, 17)) << (flags % 40);
-    let l = Limits { size, block, max_payload, read_only: flags & 1 != 0, structured: flags & 2 != 0 };
+    let l = Limits {
+        size,
+        block,
+        max_payload,
+        read_only: flags & 1 != 0,
+        structured: flags & 2 != 0,
+        block_status: flags & 4 != 0,
+    };
     let fits = |offset: u64, len: u32| {
         let end = offset.checked_add(u64::from(len)).expect("range overflows");
         assert!(end <= size, "range past the end of the export");
@@ -51,6 +58,13 @@ fn check_classify(data: &[u8]) {
             fits(offset, len);
         }
         Decision::Cache { offset, len } => fits(offset, len),
+        Decision::BlockStatus { offset, len, req_one } => {
+            assert_eq!(h.kind, proto::CMD_BLOCK_STATUS);
+            assert!(l.block_status, "block status without a selected context");
+            assert!(len > 0);
+            assert_eq!(req_one, h.flags & proto::CMD_FLAG_REQ_ONE != 0);
+            fits(offset, len);
+        }
         Decision::Reject { errno, skip } => {
             assert_ne!(errno, 0);
             if skip > 0 {
@@ -70,7 +84,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&first, rest)) = data.split_first() else {
         return;
     };
-    let mut input = common::handshake(first & 1 != 0);
+    let mut input = common::handshake(first & 1 != 0, first & 2 != 0);
     input.extend_from_slice(rest);
     common::run_connection(input);
 });

@@ -4,9 +4,13 @@
 //! of `guard` bytes filled with a pattern on both sides. Offsets are forwarded
 //! *unchecked* (wrapping on overflow), so any request that a layer above failed to
 //! bounds-check lands in a guard zone, where [`GuardedWindow::guards_intact`]
-//! sees it. The NBD server's hostile-client property tests and fuzz targets use it.
+//! sees it. An allocation query (which changes nothing) outside the window is
+//! recorded instead, and counts as a broken guard. The NBD server's
+//! hostile-client property tests and fuzz targets use it.
 
-use crate::{BlockDev, IoResult, MemDev};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::{BlockDev, IoResult, MapExtent, MemDev};
 
 const PATTERN: u8 = 0x5a;
 
@@ -16,6 +20,8 @@ pub struct GuardedWindow {
     inner: MemDev,
     size: u64,
     guard: u64,
+    /// An allocation query reached outside the window.
+    queried_outside: AtomicBool,
 }
 
 impl GuardedWindow {
@@ -25,11 +31,20 @@ impl GuardedWindow {
         let fill = vec![PATTERN; guard as usize];
         inner.write(0, &fill, false).expect("in range");
         inner.write(guard + size, &fill, false).expect("in range");
-        Self { inner, size, guard }
+        Self {
+            inner,
+            size,
+            guard,
+            queried_outside: AtomicBool::new(false),
+        }
     }
 
-    /// Whether both guard zones still hold their pattern.
+    /// Whether both guard zones still hold their pattern, and no allocation
+    /// query reached outside the window.
     pub fn guards_intact(&self) -> bool {
+        if self.queried_outside.load(Ordering::Relaxed) {
+            return false;
+        }
         let mut b = vec![0u8; self.guard as usize];
         self.inner.read(0, &mut b).expect("in range");
         let low = b.iter().all(|&x| x == PATTERN);
@@ -67,6 +82,14 @@ impl BlockDev for GuardedWindow {
         self.inner
             .write_zeroes(offset.wrapping_add(self.guard), len, fua)
     }
+    fn allocation(&self, offset: u64, len: u64) -> IoResult<Vec<MapExtent>> {
+        if !matches!(offset.checked_add(len), Some(end) if end <= self.size) {
+            self.queried_outside.store(true, Ordering::Relaxed);
+        }
+        let at = offset.wrapping_add(self.guard);
+        let len = len.min(self.inner.size().saturating_sub(at));
+        self.inner.allocation(at.min(self.inner.size()), len)
+    }
 }
 
 #[cfg(test)]
@@ -90,5 +113,10 @@ mod tests {
             !w.guards_intact(),
             "a wrapped offset must hit the low guard"
         );
+        let w = GuardedWindow::new(4096, 1024);
+        w.allocation(0, 4096).unwrap();
+        assert!(w.guards_intact());
+        let _ = w.allocation(4000, 200);
+        assert!(!w.guards_intact(), "a query past the end must be seen");
     }
 }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::{BlockDev, BlockSizes, IoResult};
+use crate::{BlockDev, BlockSizes, IoResult, MapExtent};
 
 /// A block device that forwards to an inner device unless it overrides a method.
 pub trait Layer: Send + Sync {
@@ -32,6 +32,10 @@ pub trait Layer: Send + Sync {
     fn flush(&self) -> IoResult {
         self.inner().flush()
     }
+    /// See [`BlockDev::sync_fua`].
+    fn sync_fua(&self) -> IoResult {
+        self.inner().sync_fua()
+    }
     /// See [`BlockDev::trim`].
     fn trim(&self, offset: u64, len: u64) -> IoResult {
         self.inner().trim(offset, len)
@@ -43,6 +47,10 @@ pub trait Layer: Send + Sync {
     /// See [`BlockDev::read_only`].
     fn read_only(&self) -> bool {
         self.inner().read_only()
+    }
+    /// See [`BlockDev::allocation`].
+    fn allocation(&self, offset: u64, len: u64) -> IoResult<Vec<MapExtent>> {
+        self.inner().allocation(offset, len)
     }
 }
 
@@ -66,6 +74,9 @@ impl<L: Layer> BlockDev for Layered<L> {
     fn flush(&self) -> IoResult {
         self.0.flush()
     }
+    fn sync_fua(&self) -> IoResult {
+        self.0.sync_fua()
+    }
     fn trim(&self, offset: u64, len: u64) -> IoResult {
         self.0.trim(offset, len)
     }
@@ -74,5 +85,8 @@ impl<L: Layer> BlockDev for Layered<L> {
     }
     fn read_only(&self) -> bool {
         self.0.read_only()
+    }
+    fn allocation(&self, offset: u64, len: u64) -> IoResult<Vec<MapExtent>> {
+        self.0.allocation(offset, len)
     }
 }

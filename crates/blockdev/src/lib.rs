@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 pub use clock::Nanos;
 
+mod extent;
 mod gate;
 mod guarded;
 mod hist;
@@ -21,6 +22,7 @@ mod layer;
 mod mem;
 mod stats;
 
+pub use extent::{covered, push_extent, Alloc, MapExtent};
 pub use gate::{Admit, Dir, Gate};
 pub use guarded::GuardedWindow;
 pub use hist::{Histogram, LatencySummary};
@@ -122,6 +124,15 @@ pub trait BlockDev: Send + Sync {
     /// Makes every completed write durable.
     fn flush(&self) -> IoResult;
 
+    /// Makes every completed write durable on behalf of a FUA request whose
+    /// write, trim or zeroing was done without FUA (the NBD server does that
+    /// so the sync can run off its connection's reader and be shared). The
+    /// same as [`BlockDev::flush`], except that layers counting client
+    /// flushes do not count it. Default: `flush`.
+    fn sync_fua(&self) -> IoResult {
+        self.flush()
+    }
+
     /// Discards `len` bytes at `offset`; later reads return zeros.
     fn trim(&self, offset: u64, len: u64) -> IoResult;
 
@@ -131,6 +142,19 @@ pub trait BlockDev: Send + Sync {
     /// Whether writes are refused.
     fn read_only(&self) -> bool {
         false
+    }
+
+    /// Which parts of `[offset, offset + len)` hold data and which are holes
+    /// (never written or trimmed: they read as zeros), as consecutive extents
+    /// starting at `offset`. A device may answer for a prefix only (at least one
+    /// byte when `len > 0`) when the range is large; callers ask again for the
+    /// rest. The default, for devices that do not track holes, is one extent of
+    /// data: always true, never skipped.
+    fn allocation(&self, offset: u64, len: u64) -> IoResult<Vec<MapExtent>> {
+        check_range(offset, len, self.size())?;
+        let mut map = Vec::with_capacity(1);
+        push_extent(&mut map, len, Alloc::Data);
+        Ok(map)
     }
 }
 
@@ -158,6 +182,9 @@ impl<T: BlockDev + ?Sized> BlockDev for Arc<T> {
     fn flush(&self) -> IoResult {
         (**self).flush()
     }
+    fn sync_fua(&self) -> IoResult {
+        (**self).sync_fua()
+    }
     fn trim(&self, offset: u64, len: u64) -> IoResult {
         (**self).trim(offset, len)
     }
@@ -166,6 +193,9 @@ impl<T: BlockDev + ?Sized> BlockDev for Arc<T> {
     }
     fn read_only(&self) -> bool {
         (**self).read_only()
+    }
+    fn allocation(&self, offset: u64, len: u64) -> IoResult<Vec<MapExtent>> {
+        (**self).allocation(offset, len)
     }
 }
 
@@ -179,6 +209,48 @@ mod tests {
         assert!(check_range(10, 0, 10).is_ok());
         assert!(check_range(5, 6, 10).is_err());
         assert!(check_range(u64::MAX, 2, 10).is_err());
+    }
+
+    /// A device without hole tracking reports all data, and checks the range.
+    #[test]
+    fn default_allocation_is_all_data() {
+        let d = MemDevNoHoles(MemDev::new(8192));
+        assert_eq!(
+            d.allocation(512, 4096).unwrap(),
+            [MapExtent {
+                len: 4096,
+                alloc: Alloc::Data
+            }]
+        );
+        assert!(d.allocation(0, 0).unwrap().is_empty());
+        assert!(matches!(
+            d.allocation(8000, 4096),
+            Err(IoError::OutOfRange { .. })
+        ));
+    }
+
+    /// Forwards everything but `allocation`, which keeps the trait's default.
+    struct MemDevNoHoles(MemDev);
+
+    impl BlockDev for MemDevNoHoles {
+        fn size(&self) -> u64 {
+            self.0.size()
+        }
+        fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
+            self.0.read(offset, buf)
+        }
+        fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
+            self.0.write(offset, data, fua)
+        }
+        fn flush(&self) -> IoResult {
+            self.0.flush()
+        }
+        fn trim(&self, offset: u64, len: u64) -> IoResult {
+            self.0.trim(offset, len)
+        }
+        fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
+            self.0.write_zeroes(offset, len, fua)
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use parking_lot::RwLock;
 
-use crate::{check_range, BlockDev, IoResult};
+use crate::{check_range, push_extent, Alloc, BlockDev, IoResult, MapExtent};
 
 const CHUNK: usize = 64 * 1024;
 
@@ -98,6 +98,25 @@ impl BlockDev for MemDev {
         self.zero_range(offset, len);
         Ok(0)
     }
+
+    /// Chunks never written, or wholly trimmed, are holes.
+    fn allocation(&self, offset: u64, len: u64) -> IoResult<Vec<MapExtent>> {
+        check_range(offset, len, self.size)?;
+        let chunks = self.chunks.read();
+        let mut map = Vec::new();
+        let (mut pos, end) = (offset, offset + len);
+        while pos < end {
+            let ci = (pos / CHUNK as u64) as usize;
+            let n = (CHUNK as u64 - pos % CHUNK as u64).min(end - pos);
+            let alloc = match chunks[ci] {
+                Some(_) => Alloc::Data,
+                None => Alloc::Hole,
+            };
+            push_extent(&mut map, n, alloc);
+            pos += n;
+        }
+        Ok(map)
+    }
 }
 
 #[cfg(test)]
@@ -116,5 +135,60 @@ mod tests {
         d.read(65_530, &mut b[..11]).unwrap();
         assert_eq!(&b[..11], b"h\0\0\0o world");
         assert!(d.write(199_999, b"xy", false).is_err());
+    }
+
+    #[test]
+    fn allocation_follows_writes_and_trims() {
+        let c = CHUNK as u64;
+        let d = MemDev::new(4 * c);
+        let all = |d: &MemDev| d.allocation(0, 4 * c).unwrap();
+        assert_eq!(
+            all(&d),
+            [MapExtent {
+                len: 4 * c,
+                alloc: Alloc::Hole
+            }]
+        );
+        d.write(c + 5, b"x", false).unwrap();
+        assert_eq!(
+            all(&d),
+            [
+                MapExtent {
+                    len: c,
+                    alloc: Alloc::Hole
+                },
+                MapExtent {
+                    len: c,
+                    alloc: Alloc::Data
+                },
+                MapExtent {
+                    len: 2 * c,
+                    alloc: Alloc::Hole
+                }
+            ]
+        );
+        // A sub-range is clipped to what was asked.
+        assert_eq!(
+            d.allocation(c - 10, 20).unwrap(),
+            [
+                MapExtent {
+                    len: 10,
+                    alloc: Alloc::Hole
+                },
+                MapExtent {
+                    len: 10,
+                    alloc: Alloc::Data
+                }
+            ]
+        );
+        d.trim(c, c).unwrap();
+        assert_eq!(
+            all(&d),
+            [MapExtent {
+                len: 4 * c,
+                alloc: Alloc::Hole
+            }]
+        );
+        assert!(d.allocation(4 * c, 1).is_err());
     }
 }

@@ -7,7 +7,9 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::store::Store;
-use crate::{Backend, BlockId, FlashError, Geometry, Oob, PageId, Result, Timing, OOB_SIZE};
+use crate::{
+    Backend, BlockId, DirtySet, FlashError, Geometry, Oob, PageId, Result, Timing, OOB_SIZE,
+};
 
 /// A channel bus timeline: the busy intervals still in the future, so that a short
 /// transfer can use a gap before a transfer that waits for a slow die. At most
@@ -314,6 +316,13 @@ impl FlashDevice {
     /// Makes everything programmed so far durable (msync for the file backend).
     pub fn sync(&self) -> Result<()> {
         self.store.sync()
+    }
+
+    /// Makes durable the pages programmed and the blocks erased that `dirty`
+    /// records (one tenant's changes), and nothing else: their data, OOB
+    /// records and erase counts. Takes no lock; the caller holds none either.
+    pub fn sync_dirty(&self, dirty: &DirtySet) -> Result<()> {
+        self.store.sync_dirty(dirty)
     }
 
     /// Operation counters since open.

@@ -19,12 +19,14 @@
 //!   hole, so erased data is gone from the file, not merely unmapped.
 
 mod device;
+mod dirty;
 mod geometry;
 mod oob;
 mod store;
 mod timing;
 
 pub use device::{DeviceStats, FlashDevice};
+pub use dirty::DirtySet;
 pub use geometry::{BlockId, Geometry, PageId, Pu};
 pub use oob::{Oob, OobKind, OOB_SIZE};
 pub use store::Backend;

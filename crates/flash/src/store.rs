@@ -5,6 +5,15 @@
 //! backend both are `MAP_SHARED` mappings of sparse files, so a write is a `memcpy`
 //! that the kernel persists even if the process is killed, `sync` is `msync`, and an
 //! erase punches a hole in the data file (the bytes are gone, not just forgotten).
+//!
+//! A tenant's sync ([`Store::sync_ranges`]) writes back only the byte ranges it
+//! changed, and pays for one metadata commit and device cache flush per file,
+//! however many ranges: every range but the last of a file is written back
+//! with `sync_file_range` (no flush), and the last with `msync`, whose fsync of
+//! the inode commits the metadata of all of them (block allocations for the
+//! sparse file) and flushes the device's cache. That relies on the file
+//! system's fsync committing an inode's metadata as a whole, as ext4 and XFS
+//! do; on any other file system each range gets its own `msync`.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -12,7 +21,8 @@ use std::path::{Path, PathBuf};
 use memmap2::{MmapOptions, MmapRaw};
 use serde::{Deserialize, Serialize};
 
-use crate::{BlockId, FlashError, Geometry, PageId, Result, OOB_SIZE};
+use crate::dirty::coalesce;
+use crate::{BlockId, DirtySet, FlashError, Geometry, PageId, Result, OOB_SIZE};
 
 const HEADER: usize = 4096;
 const FILE_MAGIC: &[u8; 8] = b"FLEXSSD1";
@@ -36,8 +46,29 @@ pub(crate) struct Store {
     data: MmapRaw,
     meta: MmapRaw,
     data_file: Option<File>,
+    meta_file: Option<File>,
+    /// fsync of a range commits the whole inode's metadata (ext4, XFS).
+    inode_fsync: bool,
     erase_off: usize,
     oob_off: usize,
+}
+
+/// OS page size the ranges are aligned to (msync needs page-aligned starts).
+const OS_PAGE: usize = 4096;
+
+/// Whether the file system of `f` commits an inode's metadata as a whole on a
+/// ranged fsync (see the module docs).
+fn whole_inode_fsync(f: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    const EXT4_SUPER_MAGIC: i64 = 0xEF53;
+    const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
+    // SAFETY: statfs is plain old data; all zeroes is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs fills the struct we pass; the descriptor is ours.
+    if unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.f_type as i64, EXT4_SUPER_MAGIC | XFS_SUPER_MAGIC)
 }
 
 // SAFETY: the raw mappings are plain memory; `FlashDevice` serialises all access to
@@ -89,6 +120,8 @@ impl Store {
                         data,
                         meta,
                         data_file: None,
+                        meta_file: None,
+                        inode_fsync: false,
                         erase_off,
                         oob_off,
                     },
@@ -147,12 +180,15 @@ impl Store {
                 }
                 let meta = MmapOptions::new().len(meta_len).map_raw(&meta_file)?;
                 let data = MmapOptions::new().len(data_len).map_raw(&data_file)?;
+                let inode_fsync = whole_inode_fsync(&data_file) && whole_inode_fsync(&meta_file);
                 Ok((
                     Store {
                         geo,
                         data,
                         meta,
                         data_file: Some(data_file),
+                        meta_file: Some(meta_file),
+                        inode_fsync,
                         erase_off,
                         oob_off,
                     },
@@ -293,6 +329,61 @@ impl Store {
             self.data.flush()?;
             self.meta.flush()?;
         }
+        Ok(())
+    }
+
+    /// Makes durable what `dirty` says changed: the programmed pages' data and
+    /// OOB records, and erased blocks' data (holes), OOB records and erase
+    /// counts. Nothing else of the device is written back.
+    pub(crate) fn sync_dirty(&self, dirty: &DirtySet) -> Result<()> {
+        let (Some(data_file), Some(meta_file)) = (&self.data_file, &self.meta_file) else {
+            return Ok(());
+        };
+        let ps = self.geo.page_size as usize;
+        let mut data = Vec::with_capacity(dirty.len());
+        let mut meta = Vec::with_capacity(dirty.len() * 2);
+        for (&b, s) in &dirty.blocks {
+            let first = (self.geo.first_page(b) + u64::from(s.lo)) as usize;
+            let n = (s.hi - s.lo) as usize;
+            data.push((first * ps, n * ps));
+            meta.push((self.oob_off + first * OOB_SIZE, n * OOB_SIZE));
+            if s.erased {
+                meta.push((self.erase_off + b as usize * 4, 4));
+            }
+        }
+        self.sync_ranges(data_file, &self.data, coalesce(data, OS_PAGE))?;
+        self.sync_ranges(meta_file, &self.meta, coalesce(meta, OS_PAGE))
+    }
+
+    /// Syncs page-aligned, sorted, disjoint `ranges` of `map` (a mapping of
+    /// `file`); see the module docs for the one-commit scheme.
+    fn sync_ranges(&self, file: &File, map: &MmapRaw, ranges: Vec<(usize, usize)>) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let Some((&last, rest)) = ranges.split_last() else {
+            return Ok(());
+        };
+        for &(off, len) in rest {
+            if self.inode_fsync {
+                let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                    | libc::SYNC_FILE_RANGE_WRITE
+                    | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+                // SAFETY: a syscall on our own descriptor with in-file ranges.
+                let rc = unsafe {
+                    libc::sync_file_range(
+                        file.as_raw_fd(),
+                        off as libc::off64_t,
+                        len as libc::off64_t,
+                        flags,
+                    )
+                };
+                if rc != 0 {
+                    return Err(std::io::Error::last_os_error().into());
+                }
+            } else {
+                map.flush_range(off, len)?;
+            }
+        }
+        map.flush_range(last.0, last.1)?;
         Ok(())
     }
 }

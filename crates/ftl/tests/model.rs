@@ -4,10 +4,13 @@
 //! The reference model is `blockdev::MemDev`. A "crash" drops the vSSD without a
 //! clean close and re-opens it from the same flash and checkpoint store, which is
 //! what a `kill -9` of the daemon leaves behind (every programmed page survives).
+//! Beside the content, the allocation map is checked against a page-level model:
+//! a page is data once any byte of it is written (or zeroed in part), and a hole
+//! again once a trim or write-zeroes covers it whole; holes always read as zeros.
 
 use std::sync::Arc;
 
-use blockdev::{BlockDev, MemDev};
+use blockdev::{Alloc, BlockDev, MemDev};
 use clock::VirtualClock;
 use flash::{Backend, FlashDevice, Geometry, Timing};
 use ftl::{max_capacity, CheckpointStore, Extent, GcPolicyKind, MemCheckpoints, Vssd, VssdConfig};
@@ -62,13 +65,60 @@ fn cfg(g: &Geometry, gc: GcPolicyKind) -> VssdConfig {
     }
 }
 
-fn check_all(v: &Vssd, m: &MemDev) {
+fn check_content(v: &Vssd, m: &MemDev) -> Vec<u8> {
     let n = m.size() as usize;
     let mut a = vec![0u8; n];
     let mut b = vec![0u8; n];
     v.read(0, &mut a).unwrap();
     m.read(0, &mut b).unwrap();
     assert!(a == b, "device content differs from the model");
+    a
+}
+
+fn check_all(v: &Vssd, m: &MemDev, mapped: &[bool]) {
+    let a = check_content(v, m);
+    let n = a.len();
+    // The allocation map, page by page, and holes read as zeros.
+    let ps = (n / mapped.len()) as u64;
+    let mut want = Vec::new();
+    for &d in mapped {
+        blockdev::push_extent(&mut want, ps, if d { Alloc::Data } else { Alloc::Hole });
+    }
+    let got = v.allocation(0, n as u64).unwrap();
+    assert_eq!(got, want, "allocation map differs from the page model");
+    let mut at = 0usize;
+    for e in &got {
+        if e.alloc == Alloc::Hole {
+            assert!(
+                a[at..at + e.len as usize].iter().all(|&x| x == 0),
+                "a hole at {at} holds data"
+            );
+        }
+        at += e.len as usize;
+    }
+    // An unaligned sub-range is clipped to what was asked.
+    let sub = v.allocation(ps + 7, ps).unwrap();
+    assert_eq!(blockdev::covered(&sub), ps);
+}
+
+/// Marks the pages a write of `[off, off+len)` maps.
+fn model_write(mapped: &mut [bool], ps: u64, off: u64, len: u64) {
+    for p in off / ps..(off + len).div_ceil(ps) {
+        mapped[p as usize] = true;
+    }
+}
+
+/// A trim or zeroing: whole pages become holes, partial ones are rewritten.
+fn model_zero(mapped: &mut [bool], ps: u64, off: u64, len: u64) {
+    let (first, last) = (off.div_ceil(ps), (off + len) / ps);
+    if first >= last {
+        return model_write(mapped, ps, off, len);
+    }
+    model_write(mapped, ps, off, first * ps - off);
+    model_write(mapped, ps, last * ps, off + len - last * ps);
+    for p in first..last {
+        mapped[p as usize] = false;
+    }
 }
 
 fn run(ops: Vec<Op>, gc: GcPolicyKind) {
@@ -80,6 +130,8 @@ fn run(ops: Vec<Op>, gc: GcPolicyKind) {
     let cap = c.capacity_bytes;
     let mut v = Vssd::create(dev.clone(), c.clone(), clock.clone(), ckpt.clone()).unwrap();
     let m = MemDev::new(cap);
+    let ps = u64::from(g.page_size);
+    let mut mapped = vec![false; (cap / ps) as usize];
     for op in ops {
         clock.advance(10_000);
         match op {
@@ -87,6 +139,7 @@ fn run(ops: Vec<Op>, gc: GcPolicyKind) {
                 let data: Vec<u8> = (0..len).map(|i| byte.wrapping_add(i as u8)).collect();
                 v.write(off, &data, false).unwrap();
                 m.write(off, &data, false).unwrap();
+                model_write(&mut mapped, ps, off, len);
             }
             Op::Read { off, len } => {
                 let mut a = vec![0u8; len as usize];
@@ -98,23 +151,25 @@ fn run(ops: Vec<Op>, gc: GcPolicyKind) {
             Op::Trim { off, len } => {
                 v.trim(off, len).unwrap();
                 m.trim(off, len).unwrap();
+                model_zero(&mut mapped, ps, off, len);
             }
             Op::Zero { off, len } => {
                 v.write_zeroes(off, len, false).unwrap();
                 m.write_zeroes(off, len, false).unwrap();
+                model_zero(&mut mapped, ps, off, len);
             }
             Op::Checkpoint => v.checkpoint().unwrap(),
             Op::Crash => {
                 drop(v);
                 v = Vssd::open(dev.clone(), c.clone(), clock.clone(), ckpt.clone()).unwrap();
-                check_all(&v, &m);
+                check_all(&v, &m, &mapped);
             }
         }
     }
-    check_all(&v, &m);
+    check_all(&v, &m, &mapped);
     drop(v);
     let v = Vssd::open(dev, c, clock, ckpt).unwrap();
-    check_all(&v, &m);
+    check_all(&v, &m, &mapped);
 }
 
 proptest! {
@@ -165,7 +220,7 @@ fn heavy_overwrite_with_crashes_keeps_data() {
         );
         drop(v);
         v = Vssd::open(dev.clone(), c.clone(), clock.clone(), ckpt.clone()).unwrap();
-        check_all(&v, &m);
+        check_content(&v, &m);
     }
     assert!(gc_runs > 50, "GC must have run: {gc_runs}");
     let wa = flash as f64 / host as f64;
@@ -204,7 +259,7 @@ fn file_backend_crash_and_reopen() {
     }
     let dev = Arc::new(FlashDevice::open(&backend, g, Timing::default()).unwrap());
     let v = Vssd::open(dev, c, clock, ckpt).unwrap();
-    check_all(&v, &m);
+    check_content(&v, &m);
 }
 
 fn big_cfg(g: &Geometry, id: u32, channels: std::ops::Range<u32>) -> VssdConfig {

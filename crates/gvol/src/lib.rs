@@ -150,7 +150,10 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use blockdev::{check_range, BlockDev, BlockSizes, Completion, IoError, IoResult};
+use blockdev::{
+    check_range, covered, push_extent, Alloc, BlockDev, BlockSizes, Completion, IoError, IoResult,
+    MapExtent,
+};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 mod migrate;
@@ -872,5 +875,34 @@ impl BlockDev for GhostVolume {
             Ok(())
         })?;
         Ok(completion)
+    }
+    /// Unbacked ranges are holes (they read as zeros; a write there fails);
+    /// a backed range is whatever its gSSD reports, from the old target while
+    /// a migration is copying (it is complete, as for reads). A gSSD that
+    /// answers for a prefix only ends the answer there.
+    fn allocation(&self, offset: u64, len: u64) -> IoResult<Vec<MapExtent>> {
+        self.check(offset, len)?;
+        let map = self.inner.map.read();
+        let mut out = Vec::new();
+        let mut short = false;
+        split(&map, offset, len, |p| {
+            if short {
+                return Ok(());
+            }
+            match p {
+                Piece::Mapped {
+                    seg, seg_off, len, ..
+                } => {
+                    let part = seg.target.dev.allocation(seg.target.base + seg_off, len)?;
+                    short = covered(&part) < len;
+                    for e in part {
+                        push_extent(&mut out, e.len, e.alloc);
+                    }
+                }
+                Piece::Hole { len, .. } => push_extent(&mut out, len, Alloc::Hole),
+            }
+            Ok(())
+        })?;
+        Ok(out)
     }
 }

@@ -15,6 +15,19 @@
 //! for more input (or when the batch is already large), so a burst of requests
 //! that arrived in one socket read is answered with one socket write.
 //!
+//! # Flushes and FUA
+//!
+//! A sync can take milliseconds, so it does not run on the reader: a `FLUSH`,
+//! or the sync after a FUA write, trim or write-zeroes (whose data the reader
+//! has already written), runs on a blocking thread, and its reply is queued
+//! when it finishes. The reader meanwhile goes on reading and executing
+//! requests. The protocol's order is kept: a write is executed before the
+//! reader takes the next request, so every write completed before a `FLUSH`
+//! arrived is in what that flush syncs; and the device shares one sync among
+//! concurrent flushes (the FTL's group commit). Pending syncs hold the same
+//! byte budget as paced replies, so a connection ends only after their replies
+//! are queued.
+//!
 //! # Emulation mode
 //!
 //! With a pacing clock, the device is still called at once, but a reply whose
@@ -360,6 +373,15 @@ enum Deferred {
     },
 }
 
+/// Which sync a reply waits for.
+#[derive(Clone, Copy)]
+enum Sync {
+    /// `NBD_CMD_FLUSH`.
+    Flush,
+    /// The FUA flag of a write, trim or write-zeroes.
+    Fua,
+}
+
 /// What admission control said about one piece of a request.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Ticket {
@@ -418,7 +440,7 @@ struct Conn<R> {
     gate: Admission,
     limits: Limits,
     shared: Arc<Shared>,
-    pacer: Option<Pacer>,
+    pacer: Option<Arc<Pacer>>,
     wbuf: Vec<u8>,
     /// Buffer of large reads (see [`LARGE_READ`]).
     rbuf: Vec<u8>,
@@ -469,17 +491,10 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                 Decision::Write { offset, len, fua } => {
                     self.write(cookie, offset, len, fua).await?
                 }
-                Decision::Flush => {
-                    let r = self.dev.flush();
-                    self.complete(cookie, r).await?;
-                }
-                Decision::Trim {
-                    offset,
-                    len,
-                    fua: _,
-                } => {
+                Decision::Flush => self.sync_then_reply(cookie, 0, Sync::Flush).await?,
+                Decision::Trim { offset, len, fua } => {
                     let r = self.dev.trim(offset, u64::from(len));
-                    self.complete(cookie, r).await?;
+                    self.complete_fua(cookie, r, fua).await?;
                 }
                 Decision::WriteZeroes {
                     offset,
@@ -490,10 +505,15 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                     // A device that implements write_zeroes allocates or not as
                     // it sees fit; either way the range reads back as zeroes, so
                     // NO_HOLE needs no special handling.
-                    let r = self.dev.write_zeroes(offset, u64::from(len), fua);
-                    self.complete(cookie, r).await?;
+                    let r = self.dev.write_zeroes(offset, u64::from(len), false);
+                    self.complete_fua(cookie, r, fua).await?;
                 }
                 Decision::Cache { .. } => self.status(cookie, Ok(())).await?,
+                Decision::BlockStatus {
+                    offset,
+                    len,
+                    req_one,
+                } => self.block_status(cookie, offset, len, req_one).await?,
                 Decision::Disconnect => return Ok(()),
                 Decision::Reject { errno, skip } => {
                     if skip > 0 {
@@ -529,6 +549,97 @@ impl<R: AsyncRead + Unpin> Conn<R> {
             put_status(out, structured, cookie, res)
         })
         .await
+    }
+
+    /// Block status (`base:allocation`): the device's allocation map of the
+    /// range, answered at once (it is bookkeeping, not media time).
+    async fn block_status(
+        &mut self,
+        cookie: u64,
+        offset: u64,
+        len: u32,
+        req_one: bool,
+    ) -> Result<(), NbdError> {
+        match self.dev.allocation(offset, u64::from(len)) {
+            Ok(map) => {
+                let descs = proto::status_descriptors(&map, len, req_one);
+                append(&self.shared, &mut self.kick_pending, |out| {
+                    let n = proto::block_status_len(descs.len());
+                    proto::write_block_status(
+                        out.slot(n),
+                        cookie,
+                        proto::META_BASE_ALLOCATION_ID,
+                        &descs,
+                    );
+                })
+                .await
+            }
+            Err(e) => {
+                self.status(cookie, Err((e.errno(), Cow::Owned(e.to_string()))))
+                    .await
+            }
+        }
+    }
+
+    /// Replies to a data-less command that the device has executed without
+    /// FUA: now, or with `fua` after a sync off the reader.
+    async fn complete_fua(&mut self, cookie: u64, r: IoResult, fua: bool) -> Result<(), NbdError> {
+        match r {
+            Ok(t) if fua => self.sync_then_reply(cookie, t, Sync::Fua).await,
+            r => self.complete(cookie, r).await,
+        }
+    }
+
+    /// Runs a sync on a blocking thread and queues the reply when it is done
+    /// (at `done`, the command's modelled completion, at the earliest), while
+    /// the reader goes on (see the module docs).
+    async fn sync_then_reply(
+        &mut self,
+        cookie: u64,
+        done: Nanos,
+        kind: Sync,
+    ) -> Result<(), NbdError> {
+        let cost = DEFERRED_OVERHEAD.min(self.shared.paced_budget);
+        let acquired = match self.shared.paced.try_acquire_many(cost) {
+            Ok(p) => {
+                p.forget();
+                true
+            }
+            Err(TryAcquireError::NoPermits) => false,
+            Err(TryAcquireError::Closed) => return Err(NbdError::WriterGone),
+        };
+        if !acquired {
+            // Over budget: let the writer drain, then wait for a reply to go.
+            self.kick();
+            match self.shared.paced.acquire_many(cost).await {
+                Ok(p) => p.forget(),
+                Err(_) => return Err(NbdError::WriterGone),
+            }
+        }
+        let dev = self.dev.clone();
+        let shared = self.shared.clone();
+        let structured = self.limits.structured;
+        let pace = self.pace.clone().zip(self.pacer.clone());
+        tokio::spawn(async move {
+            let r = tokio::task::spawn_blocking(move || match kind {
+                Sync::Flush => dev.flush(),
+                Sync::Fua => dev.sync_fua(),
+            })
+            .await
+            .unwrap_or_else(|e| Err(IoError::Media(format!("the sync failed: {e}"))));
+            let push = move |res: Result<(), (u32, Cow<'static, str>)>| {
+                shared.push_deferred(|out| put_status(out, structured, cookie, res));
+                shared.paced.add_permits(cost as usize);
+            };
+            match (r, pace) {
+                (Ok(t), Some((clock, pacer))) if clock.now() < t.max(done) => {
+                    pacer.schedule(t.max(done), move || push(Ok(())));
+                }
+                (Ok(_), _) => push(Ok(())),
+                (Err(e), _) => push(Err((e.errno(), Cow::Owned(e.to_string())))),
+            }
+        });
+        Ok(())
     }
 
     /// Replies to a data-less command that the device has executed.
@@ -670,7 +781,8 @@ impl<R: AsyncRead + Unpin> Conn<R> {
             } else {
                 &self.wbuf[a..b]
             };
-            match self.dev.write(offset + off, payload, fua) {
+            // FUA's sync comes after, off the reader (see the module docs).
+            match self.dev.write(offset + off, payload, false) {
                 Ok(t) => res = res.map(|d| d.max(t)),
                 Err(e) => {
                     res = Err(e);
@@ -687,7 +799,7 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         } else if self.wbuf.len() > WBUF_KEEP {
             self.wbuf = Vec::new();
         }
-        self.complete(cookie, res).await
+        self.complete_fua(cookie, res, fua).await
     }
 
     /// Waits until the gate admits a piece of `len` bytes; `first` is its
@@ -826,11 +938,12 @@ where
         max_payload,
         read_only: neg.export.dev.read_only(),
         structured: neg.structured,
+        block_status: neg.block_status,
     };
     let pace_clock =
         (neg.export.pace.clone()).or_else(|| neg.export.gate.as_ref().map(|g| g.clock().clone()));
     let pacer = match pace_clock {
-        Some(clock) => Some(Pacer::new(clock)?),
+        Some(clock) => Some(Arc::new(Pacer::new(clock)?)),
         None => None,
     };
     let mut conn = Conn {

@@ -15,6 +15,8 @@ const MAX_OPTIONS: usize = 4096;
 pub(crate) struct Negotiated {
     pub export: Export,
     pub structured: bool,
+    /// `base:allocation` was selected for this export: block status allowed.
+    pub block_status: bool,
     pub size: u64,
     pub block: BlockSizes,
 }
@@ -127,6 +129,10 @@ where
     };
 
     let mut structured = false;
+    // The export `base:allocation` was last selected for (by
+    // NBD_OPT_SET_META_CONTEXT); it counts only if the client then opens that
+    // same export.
+    let mut meta_for: Option<String> = None;
     let mut data = Vec::new();
     for _ in 0..MAX_OPTIONS {
         match inbuf.fill(stream, proto::OPTION_HEADER_LEN).await? {
@@ -198,9 +204,11 @@ where
                 send(stream, &mut out).await?;
                 let block =
                     proto::effective_block_sizes(export.dev.block_sizes(), config.max_payload);
+                let block_status = structured && meta_for.as_deref() == Some(&export.name);
                 return Ok(Outcome::Go(Negotiated {
                     export,
                     structured,
+                    block_status,
                     size,
                     block,
                 }));
@@ -266,12 +274,59 @@ where
                         proto::put_option_reply(&mut out, option, proto::REP_ACK, &[]);
                         if go {
                             send(stream, &mut out).await?;
+                            let block_status =
+                                structured && meta_for.as_deref() == Some(&export.name);
                             return Ok(Outcome::Go(Negotiated {
                                 export,
                                 structured,
+                                block_status,
                                 size,
                                 block,
                             }));
+                        }
+                    }
+                }
+            }
+            ClientOption::ListMetaContext(req) | ClientOption::SetMetaContext(req) => {
+                let set = option == proto::OPT_SET_META_CONTEXT;
+                if set {
+                    // A new selection replaces the old one, even a failed one.
+                    meta_for = None;
+                }
+                if !structured {
+                    put_error(
+                        &mut out,
+                        option,
+                        proto::REP_ERR_INVALID,
+                        "metadata contexts need structured replies: send NBD_OPT_STRUCTURED_REPLY first",
+                    );
+                } else {
+                    match lookup(&req.name) {
+                        None => put_error(
+                            &mut out,
+                            option,
+                            proto::REP_ERR_UNKNOWN,
+                            &format!("no export named {:?}", req.name),
+                        ),
+                        Some(export) => {
+                            if proto::wants_base_allocation(&req.queries, !set) {
+                                // In a list the ID is reserved (zero).
+                                let id = if set {
+                                    proto::META_BASE_ALLOCATION_ID
+                                } else {
+                                    0
+                                };
+                                proto::put_meta_context(
+                                    &mut out,
+                                    option,
+                                    id,
+                                    proto::META_BASE_ALLOCATION,
+                                );
+                                if set {
+                                    meta_for = Some(export.name.clone());
+                                }
+                            }
+                            proto::put_option_reply(&mut out, option, proto::REP_ACK, &[]);
                         }
                     }
                 }

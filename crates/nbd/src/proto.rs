@@ -8,7 +8,7 @@
 //!
 //! All integers on the wire are big-endian ("network byte order").
 
-use blockdev::BlockSizes;
+use blockdev::{Alloc, BlockSizes, MapExtent};
 
 // ---------------------------------------------------------------------------------
 // Magic numbers
@@ -83,9 +83,9 @@ pub const OPT_INFO: u32 = 6;
 pub const OPT_GO: u32 = 7;
 /// Option: use structured replies in transmission.
 pub const OPT_STRUCTURED_REPLY: u32 = 8;
-/// Option: list metadata contexts (not supported by this server).
+/// Option: list metadata contexts (this server has one: `base:allocation`).
 pub const OPT_LIST_META_CONTEXT: u32 = 9;
-/// Option: select metadata contexts (not supported by this server).
+/// Option: select metadata contexts for `NBD_CMD_BLOCK_STATUS`.
 pub const OPT_SET_META_CONTEXT: u32 = 10;
 
 /// Option reply: success, or end of a list.
@@ -94,6 +94,8 @@ pub const REP_ACK: u32 = 1;
 pub const REP_SERVER: u32 = 2;
 /// Option reply: one item of information for `NBD_OPT_INFO` / `NBD_OPT_GO`.
 pub const REP_INFO: u32 = 3;
+/// Option reply: one metadata context of a list or a selection.
+pub const REP_META_CONTEXT: u32 = 4;
 /// Option reply error: the option is not supported.
 pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 /// Option reply error: refused by policy.
@@ -134,7 +136,7 @@ pub const CMD_TRIM: u16 = 4;
 pub const CMD_CACHE: u16 = 5;
 /// Command: write zeroes.
 pub const CMD_WRITE_ZEROES: u16 = 6;
-/// Command: block status (not supported: no metadata context can be negotiated).
+/// Command: block status of a range, for the negotiated metadata contexts.
 pub const CMD_BLOCK_STATUS: u16 = 7;
 
 /// Command flag: force unit access.
@@ -143,6 +145,8 @@ pub const CMD_FLAG_FUA: u16 = 1 << 0;
 pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
 /// Command flag: do not fragment the structured read reply.
 pub const CMD_FLAG_DF: u16 = 1 << 2;
+/// Command flag: block status of one extent only.
+pub const CMD_FLAG_REQ_ONE: u16 = 1 << 3;
 
 /// Structured reply flag: last chunk of the reply.
 pub const REPLY_FLAG_DONE: u16 = 1 << 0;
@@ -150,6 +154,8 @@ pub const REPLY_FLAG_DONE: u16 = 1 << 0;
 pub const REPLY_TYPE_NONE: u16 = 0;
 /// Structured reply type: data at an offset.
 pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
+/// Structured reply type: block status descriptors of one metadata context.
+pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
 /// Structured reply type: error with a message.
 pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
 
@@ -165,6 +171,22 @@ pub const ENOSPC: u32 = 28;
 pub const EOVERFLOW: u32 = 75;
 /// The server is shutting down.
 pub const ESHUTDOWN: u32 = 108;
+
+// ---------------------------------------------------------------------------------
+// Metadata contexts
+// ---------------------------------------------------------------------------------
+
+/// The one metadata context this server offers: holes and zeroes.
+pub const META_BASE_ALLOCATION: &str = "base:allocation";
+/// The context ID this server gives `base:allocation` when it is selected.
+pub const META_BASE_ALLOCATION_ID: u32 = 1;
+/// `base:allocation` state bit: the extent is not allocated (a hole).
+pub const STATE_HOLE: u32 = 1 << 0;
+/// `base:allocation` state bit: the extent reads as zeroes.
+pub const STATE_ZERO: u32 = 1 << 1;
+/// Most descriptors one block status reply carries (512 KiB of them); a map
+/// with more is answered for its first part, as the protocol allows.
+pub const MAX_STATUS_DESCRIPTORS: usize = 64 * 1024;
 
 // ---------------------------------------------------------------------------------
 // Sizes and limits
@@ -378,6 +400,85 @@ pub fn parse_info_request(data: &[u8]) -> Result<InfoRequest, InvalidOption> {
     Ok(InfoRequest { name, requests })
 }
 
+/// The data of `NBD_OPT_LIST_META_CONTEXT` / `NBD_OPT_SET_META_CONTEXT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaRequest {
+    /// The export the contexts are for.
+    pub name: String,
+    /// The queries (context names or, for a list, namespaces such as `base:`).
+    pub queries: Vec<String>,
+}
+
+/// Parses the data of a meta context option: a 32-bit export name length, the
+/// name, a 32-bit query count, and that many (32-bit length, string) queries,
+/// with no bytes left over.
+pub fn parse_meta_request(data: &[u8]) -> Result<MetaRequest, InvalidOption> {
+    if data.len() < 8 {
+        return Err(InvalidOption("shorter than 8 bytes"));
+    }
+    let name_len = be32(data, 0) as usize;
+    if name_len > data.len() - 8 {
+        return Err(InvalidOption("name length reaches past the option data"));
+    }
+    let name = parse_name(&data[4..4 + name_len])?;
+    let mut at = 4 + name_len;
+    let n = be32(data, at) as usize;
+    at += 4;
+    // Each query takes at least its 4-byte length: a count the data cannot
+    // hold is refused before anything is allocated for it.
+    if n > (data.len() - at) / 4 {
+        return Err(InvalidOption("query count does not match the length"));
+    }
+    let mut queries = Vec::with_capacity(n);
+    for _ in 0..n {
+        if data.len() - at < 4 {
+            return Err(InvalidOption("query count does not match the length"));
+        }
+        let len = be32(data, at) as usize;
+        at += 4;
+        if len > data.len() - at {
+            return Err(InvalidOption("query length reaches past the option data"));
+        }
+        if len > MAX_STRING_LEN {
+            return Err(InvalidOption("query longer than 4096 bytes"));
+        }
+        let q = std::str::from_utf8(&data[at..at + len])
+            .map_err(|_| InvalidOption("query is not UTF-8"))?;
+        if q.contains('\0') {
+            return Err(InvalidOption("query contains NUL"));
+        }
+        queries.push(q.to_owned());
+        at += len;
+    }
+    if at != data.len() {
+        return Err(InvalidOption("bytes left over after the queries"));
+    }
+    // A context is answered once however often it is asked for.
+    let mut seen = std::collections::HashSet::new();
+    queries.retain(|q| seen.insert(q.clone()));
+    Ok(MetaRequest { name, queries })
+}
+
+/// Whether a meta context request names `base:allocation`: for a list, no
+/// query at all (list everything), `base:` (the whole namespace) or the name;
+/// for a selection, the exact name only. Other namespaces match nothing here.
+pub fn wants_base_allocation(queries: &[String], list: bool) -> bool {
+    if list && queries.is_empty() {
+        return true;
+    }
+    queries
+        .iter()
+        .any(|q| q == META_BASE_ALLOCATION || (list && q == "base:"))
+}
+
+/// Appends an `NBD_REP_META_CONTEXT` reply naming context `id`.
+pub fn put_meta_context(out: &mut Vec<u8>, option: u32, id: u32, name: &str) {
+    let mut data = Vec::with_capacity(4 + name.len());
+    data.extend_from_slice(&id.to_be_bytes());
+    data.extend_from_slice(name.as_bytes());
+    put_option_reply(out, option, REP_META_CONTEXT, &data);
+}
+
 /// One client option, decoded and validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientOption {
@@ -398,6 +499,10 @@ pub enum ClientOption {
     StructuredReply,
     /// `NBD_OPT_STARTTLS`: upgrade the connection to TLS.
     StartTls,
+    /// `NBD_OPT_LIST_META_CONTEXT`.
+    ListMetaContext(MetaRequest),
+    /// `NBD_OPT_SET_META_CONTEXT`.
+    SetMetaContext(MetaRequest),
     /// A known option whose data is malformed: answer `NBD_REP_ERR_INVALID`.
     Invalid {
         /// The option number.
@@ -428,6 +533,11 @@ pub fn parse_option(option: u32, data: &[u8]) -> ClientOption {
         },
         OPT_STRUCTURED_REPLY if data.is_empty() => ClientOption::StructuredReply,
         OPT_STARTTLS if data.is_empty() => ClientOption::StartTls,
+        OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => match parse_meta_request(data) {
+            Ok(req) if option == OPT_LIST_META_CONTEXT => ClientOption::ListMetaContext(req),
+            Ok(req) => ClientOption::SetMetaContext(req),
+            Err(reason) => invalid(reason),
+        },
         OPT_STARTTLS => invalid(InvalidOption("NBD_OPT_STARTTLS carries data")),
         OPT_STRUCTURED_REPLY => invalid(InvalidOption("NBD_OPT_STRUCTURED_REPLY carries data")),
         other => ClientOption::Unsupported(other),
@@ -598,6 +708,9 @@ pub struct Limits {
     pub read_only: bool,
     /// Whether structured replies were negotiated.
     pub structured: bool,
+    /// Whether `base:allocation` was selected for this export (so
+    /// `NBD_CMD_BLOCK_STATUS` may be sent).
+    pub block_status: bool,
 }
 
 /// What to do with a request, decided from its header alone.
@@ -643,6 +756,15 @@ pub enum Decision {
         fua: bool,
         /// The client asked that no hole be punched.
         no_hole: bool,
+    },
+    /// Block status (`base:allocation`) of `len` bytes at `offset`.
+    BlockStatus {
+        /// Byte offset.
+        offset: u64,
+        /// Length in bytes (never zero).
+        len: u32,
+        /// The client wants one extent only.
+        req_one: bool,
     },
     /// Cache hint for `len` bytes at `offset` (validated, then acknowledged).
     Cache {
@@ -749,8 +871,24 @@ pub fn classify(h: &RequestHeader, l: &Limits) -> Decision {
                 }
             }
         }
-        // NBD_CMD_BLOCK_STATUS needs a metadata context, which this server never
-        // grants; everything else is unknown.
+        CMD_BLOCK_STATUS => {
+            // Without a selected context the spec asks for EINVAL; a zero
+            // length asks about nothing.
+            if h.flags & !(CMD_FLAG_FUA | CMD_FLAG_REQ_ONE) != 0
+                || !l.block_status
+                || len == 0
+                || !in_range(offset, len, l.size)
+                || !aligned(offset, len, l.block.minimum)
+            {
+                reject(EINVAL)
+            } else {
+                Decision::BlockStatus {
+                    offset,
+                    len,
+                    req_one: h.flags & CMD_FLAG_REQ_ONE != 0,
+                }
+            }
+        }
         _ => reject(EINVAL),
     }
 }
@@ -778,6 +916,65 @@ pub fn structured_header(
     b[8..16].copy_from_slice(&cookie.to_be_bytes());
     b[16..20].copy_from_slice(&length.to_be_bytes());
     b
+}
+
+/// The `base:allocation` descriptors (length, state) of a block status reply
+/// for a `len`-byte request, from a device's allocation map: holes are
+/// `STATE_HOLE | STATE_ZERO`, data 0. Clipped to `len`, at most
+/// [`MAX_STATUS_DESCRIPTORS`] (one with `req_one`), zero-length extents
+/// dropped; never empty (an empty map becomes one data extent, which is
+/// always a true answer).
+pub fn status_descriptors(map: &[MapExtent], len: u32, req_one: bool) -> Vec<(u32, u32)> {
+    let most = if req_one { 1 } else { MAX_STATUS_DESCRIPTORS };
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    let mut left = u64::from(len);
+    for e in map {
+        if left == 0 {
+            break;
+        }
+        let n = e.len.min(left);
+        if n == 0 {
+            continue;
+        }
+        let state = match e.alloc {
+            Alloc::Hole => STATE_HOLE | STATE_ZERO,
+            Alloc::Data => 0,
+        };
+        left -= n;
+        let full = out.len() == most;
+        match out.last_mut() {
+            Some(last) if last.1 == state => last.0 += n as u32,
+            _ if full => break,
+            _ => out.push((n as u32, state)),
+        }
+    }
+    if out.is_empty() {
+        out.push((len, 0));
+    }
+    out
+}
+
+/// Length of a block status reply chunk with `n` descriptors.
+pub fn block_status_len(n: usize) -> usize {
+    STRUCTURED_HEADER_LEN + 4 + 8 * n
+}
+
+/// Writes a final `NBD_REPLY_TYPE_BLOCK_STATUS` chunk for context `context`
+/// into `out`, which must be exactly [`block_status_len`]`(descs.len())` long.
+pub fn write_block_status(out: &mut [u8], cookie: u64, context: u32, descs: &[(u32, u32)]) {
+    out[..STRUCTURED_HEADER_LEN].copy_from_slice(&structured_header(
+        REPLY_FLAG_DONE,
+        REPLY_TYPE_BLOCK_STATUS,
+        cookie,
+        (4 + 8 * descs.len()) as u32,
+    ));
+    let p = &mut out[STRUCTURED_HEADER_LEN..];
+    p[0..4].copy_from_slice(&context.to_be_bytes());
+    for (i, (len, state)) in descs.iter().enumerate() {
+        let d = &mut p[4 + 8 * i..12 + 8 * i];
+        d[0..4].copy_from_slice(&len.to_be_bytes());
+        d[4..8].copy_from_slice(&state.to_be_bytes());
+    }
 }
 
 /// Length of a final `NBD_REPLY_TYPE_ERROR` chunk carrying `msg` (truncated to
@@ -818,6 +1015,7 @@ mod tests {
             max_payload: 1 << 17,
             read_only: false,
             structured: false,
+            block_status: false,
         }
     }
 
@@ -1082,6 +1280,7 @@ mod tests {
                 skip: 0
             }
         );
+        // Block status without a selected context: EINVAL.
         assert_eq!(
             classify(&req(CMD_BLOCK_STATUS, 0, 0, 512), &l),
             Decision::Reject {
@@ -1138,6 +1337,151 @@ mod tests {
             classify(&req(CMD_DISC, 0xffff, 5, 5), &l),
             Decision::Disconnect
         );
+    }
+
+    #[test]
+    fn classify_block_status() {
+        let mut l = limits();
+        l.structured = true;
+        l.block_status = true;
+        l.block.minimum = 512;
+        let l = l;
+        let bs = |flags, offset, len| classify(&req(CMD_BLOCK_STATUS, flags, offset, len), &l);
+        let einval = Decision::Reject {
+            errno: EINVAL,
+            skip: 0,
+        };
+        assert_eq!(
+            bs(CMD_FLAG_REQ_ONE | CMD_FLAG_FUA, 512, 4096),
+            Decision::BlockStatus {
+                offset: 512,
+                len: 4096,
+                req_one: true
+            }
+        );
+        assert_eq!(
+            bs(0, 0, 1 << 20),
+            Decision::BlockStatus {
+                offset: 0,
+                len: 1 << 20,
+                req_one: false
+            }
+        );
+        // Past the end, overflowing, empty, misaligned, unknown flag.
+        assert_eq!(bs(0, 512, 1 << 20), einval);
+        assert_eq!(bs(0, u64::MAX - 511, 1024), einval);
+        assert_eq!(bs(0, 0, 0), einval);
+        assert_eq!(bs(0, 100, 512), einval);
+        assert_eq!(bs(CMD_FLAG_DF, 0, 512), einval);
+        // A read-only export still answers block status.
+        let ro = Limits {
+            read_only: true,
+            ..l
+        };
+        assert!(matches!(
+            classify(&req(CMD_BLOCK_STATUS, 0, 0, 512), &ro),
+            Decision::BlockStatus { .. }
+        ));
+    }
+
+    #[test]
+    fn meta_requests() {
+        let data = |name: &[u8], qs: &[&[u8]]| {
+            let mut d = (name.len() as u32).to_be_bytes().to_vec();
+            d.extend_from_slice(name);
+            d.extend_from_slice(&(qs.len() as u32).to_be_bytes());
+            for q in qs {
+                d.extend_from_slice(&(q.len() as u32).to_be_bytes());
+                d.extend_from_slice(q);
+            }
+            d
+        };
+        let r = parse_meta_request(&data(
+            b"disk",
+            &[b"base:allocation", b"x-y:z", b"base:allocation"],
+        ))
+        .unwrap();
+        assert_eq!(r.name, "disk");
+        assert_eq!(
+            r.queries,
+            ["base:allocation", "x-y:z"],
+            "duplicates dropped"
+        );
+        assert!(wants_base_allocation(&r.queries, false));
+        assert!(wants_base_allocation(&["base:".into()], true));
+        assert!(!wants_base_allocation(&["base:".into()], false));
+        assert!(wants_base_allocation(&[], true));
+        assert!(!wants_base_allocation(&[], false));
+        assert!(!wants_base_allocation(
+            &["qemu:dirty-bitmap:a".into()],
+            true
+        ));
+        let good = data(b"", &[b"base:"]);
+        assert!(parse_meta_request(&good).is_ok());
+        // Truncated, trailing byte, a count the data cannot hold, a query
+        // reaching past the end, bad UTF-8, NUL.
+        assert!(parse_meta_request(&good[..7]).is_err());
+        let mut extra = good.clone();
+        extra.push(0);
+        assert!(parse_meta_request(&extra).is_err());
+        let mut many = good.clone();
+        many[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(parse_meta_request(&many).is_err());
+        let mut long = good.clone();
+        long[8..12].copy_from_slice(&100u32.to_be_bytes());
+        assert!(parse_meta_request(&long).is_err());
+        assert!(parse_meta_request(&data(b"", &[&[0xff]])).is_err());
+        assert!(parse_meta_request(&data(b"", &[b"a\0"])).is_err());
+        assert!(matches!(
+            parse_option(OPT_SET_META_CONTEXT, &good),
+            ClientOption::SetMetaContext(_)
+        ));
+        assert!(matches!(
+            parse_option(OPT_LIST_META_CONTEXT, &good),
+            ClientOption::ListMetaContext(_)
+        ));
+        assert!(matches!(
+            parse_option(OPT_LIST_META_CONTEXT, &[1]),
+            ClientOption::Invalid { .. }
+        ));
+    }
+
+    #[test]
+    fn block_status_descriptors_and_encoding() {
+        let e = |len, alloc| MapExtent { len, alloc };
+        let map = [
+            e(4096, Alloc::Hole),
+            e(0, Alloc::Data),
+            e(4096, Alloc::Hole),
+            e(8192, Alloc::Data),
+            e(1 << 20, Alloc::Hole),
+        ];
+        let hz = STATE_HOLE | STATE_ZERO;
+        assert_eq!(
+            status_descriptors(&map, 20480, false),
+            [(8192, hz), (8192, 0), (4096, hz)],
+            "merged, zero lengths dropped, clipped to the request"
+        );
+        assert_eq!(status_descriptors(&map, 20480, true), [(8192, hz)]);
+        assert_eq!(status_descriptors(&[], 512, false), [(512, 0)]);
+        let many: Vec<MapExtent> = (0..2 * MAX_STATUS_DESCRIPTORS)
+            .map(|i| e(512, if i % 2 == 0 { Alloc::Data } else { Alloc::Hole }))
+            .collect();
+        assert_eq!(
+            status_descriptors(&many, u32::MAX, false).len(),
+            MAX_STATUS_DESCRIPTORS
+        );
+        let d = [(8192, hz), (512, 0)];
+        let mut out = vec![0u8; block_status_len(d.len())];
+        write_block_status(&mut out, 9, META_BASE_ALLOCATION_ID, &d);
+        assert_eq!(&out[4..6], &REPLY_FLAG_DONE.to_be_bytes());
+        assert_eq!(&out[6..8], &REPLY_TYPE_BLOCK_STATUS.to_be_bytes());
+        assert_eq!(&out[16..20], &20u32.to_be_bytes());
+        assert_eq!(&out[20..24], &META_BASE_ALLOCATION_ID.to_be_bytes());
+        assert_eq!(&out[24..28], &8192u32.to_be_bytes());
+        assert_eq!(&out[28..32], &hz.to_be_bytes());
+        assert_eq!(&out[32..36], &512u32.to_be_bytes());
+        assert_eq!(&out[36..40], &0u32.to_be_bytes());
     }
 
     #[test]

@@ -26,6 +26,10 @@ const T: Duration = Duration::from_secs(10);
 struct Recorder {
     inner: MemDev,
     log: Mutex<Vec<String>>,
+    /// Flushes and FUA syncs, with the length of `log` when each was called
+    /// (they run off the connection's reader, so their place among the other
+    /// calls varies from run to run).
+    syncs: Mutex<Vec<(&'static str, usize)>>,
     read_only: bool,
     sizes: BlockSizes,
 }
@@ -35,12 +39,20 @@ impl Recorder {
         Self {
             inner: MemDev::new(size),
             log: Mutex::new(Vec::new()),
+            syncs: Mutex::new(Vec::new()),
             read_only: false,
             sizes: BlockSizes::default(),
         }
     }
     fn take_log(&self) -> Vec<String> {
         std::mem::take(&mut *self.log.lock())
+    }
+    fn take_syncs(&self) -> Vec<(&'static str, usize)> {
+        std::mem::take(&mut *self.syncs.lock())
+    }
+    fn sync(&self, kind: &'static str) {
+        let at = self.log.lock().len();
+        self.syncs.lock().push((kind, at));
     }
 }
 
@@ -61,7 +73,11 @@ impl BlockDev for Recorder {
         self.inner.write(offset, data, fua)
     }
     fn flush(&self) -> IoResult {
-        self.log.lock().push("flush".into());
+        self.sync("flush");
+        self.inner.flush()
+    }
+    fn sync_fua(&self) -> IoResult {
+        self.sync("sync");
         self.inner.flush()
     }
     fn trim(&self, offset: u64, len: u64) -> IoResult {
@@ -397,6 +413,144 @@ async fn oversized_option_disconnects() {
     ));
 }
 
+/// Data of a meta context option: export name, then the queries.
+fn meta_data(name: &str, queries: &[&str]) -> Vec<u8> {
+    let mut d = (name.len() as u32).to_be_bytes().to_vec();
+    d.extend_from_slice(name.as_bytes());
+    d.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+    for q in queries {
+        d.extend_from_slice(&(q.len() as u32).to_be_bytes());
+        d.extend_from_slice(q.as_bytes());
+    }
+    d
+}
+
+/// Replies to a meta context option: the contexts (id, name) and the final reply.
+async fn meta_replies(c: &mut Client, option: u32) -> (Vec<(u32, String)>, u32) {
+    let mut ctx = Vec::new();
+    loop {
+        let (opt, rep, d) = c.option_reply().await;
+        assert_eq!(opt, option);
+        if rep != REP_META_CONTEXT {
+            return (ctx, rep);
+        }
+        let id = u32::from_be_bytes(d[..4].try_into().unwrap());
+        ctx.push((id, String::from_utf8(d[4..].to_vec()).unwrap()));
+    }
+}
+
+/// Listing and selecting `base:allocation`, then block status: holes where
+/// nothing is written, data where it is, EINVAL out of range or without a
+/// selected context, and a selection for another export does not count.
+#[tokio::test]
+async fn meta_contexts_and_block_status() {
+    let (server, dev) = mem_server();
+    dev.write(128 * 1024, &[1u8; 100], false).unwrap();
+    let mut c = Client::start(&server).await;
+    c.option(OPT_STRUCTURED_REPLY, &[]).await;
+    assert_eq!(c.option_reply().await.1, REP_ACK);
+    let base = (0, META_BASE_ALLOCATION.to_string());
+    for q in [&[][..], &["base:"], &["base:allocation", "x-other:thing"]] {
+        c.option(OPT_LIST_META_CONTEXT, &meta_data("disk", q)).await;
+        assert_eq!(
+            meta_replies(&mut c, OPT_LIST_META_CONTEXT).await,
+            (vec![base.clone()], REP_ACK),
+            "{q:?}"
+        );
+    }
+    c.option(OPT_LIST_META_CONTEXT, &meta_data("nope", &[]))
+        .await;
+    assert_eq!(
+        meta_replies(&mut c, OPT_LIST_META_CONTEXT).await,
+        (vec![], REP_ERR_UNKNOWN)
+    );
+    // A namespace alone selects nothing; the name does.
+    c.option(OPT_SET_META_CONTEXT, &meta_data("disk", &["base:"]))
+        .await;
+    assert_eq!(
+        meta_replies(&mut c, OPT_SET_META_CONTEXT).await,
+        (vec![], REP_ACK)
+    );
+    c.option(
+        OPT_SET_META_CONTEXT,
+        &meta_data("disk", &[META_BASE_ALLOCATION]),
+    )
+    .await;
+    let (ctx, rep) = meta_replies(&mut c, OPT_SET_META_CONTEXT).await;
+    assert_eq!(
+        (ctx, rep),
+        (
+            vec![(META_BASE_ALLOCATION_ID, META_BASE_ALLOCATION.into())],
+            REP_ACK
+        )
+    );
+    let (rep, _) = c.info(OPT_GO, "disk", &[]).await;
+    assert_eq!(rep, REP_ACK);
+    c.request(CMD_BLOCK_STATUS, 0, 5, 0, SIZE as u32).await;
+    let (flags, kind, cookie, p) = c.chunk().await;
+    assert_eq!(
+        (flags, kind, cookie),
+        (REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, 5)
+    );
+    let descs: Vec<(u32, u32)> = p[4..]
+        .chunks_exact(8)
+        .map(|d| {
+            (
+                u32::from_be_bytes(d[..4].try_into().unwrap()),
+                u32::from_be_bytes(d[4..].try_into().unwrap()),
+            )
+        })
+        .collect();
+    let hz = STATE_HOLE | STATE_ZERO;
+    // MemDev allocates in 64 KiB chunks.
+    assert_eq!(
+        descs,
+        [
+            (128 << 10, hz),
+            (64 << 10, 0),
+            ((SIZE as u32) - (192 << 10), hz)
+        ]
+    );
+    c.request(CMD_BLOCK_STATUS, CMD_FLAG_REQ_ONE, 6, 0, SIZE as u32)
+        .await;
+    let (_, _, _, p) = c.chunk().await;
+    assert_eq!(p.len(), 12, "one descriptor with REQ_ONE");
+    c.request(CMD_BLOCK_STATUS, 0, 7, SIZE - 512, 1024).await;
+    let (_, kind, _, p) = c.chunk().await;
+    assert_eq!(
+        (kind, u32::from_be_bytes(p[..4].try_into().unwrap())),
+        (REPLY_TYPE_ERROR, EINVAL)
+    );
+    c.disconnect().await.unwrap();
+
+    // Selected for another export, then GO on this one: no context.
+    let server = server_with(
+        vec![
+            export("disk", dev.clone()),
+            export("other", Arc::new(MemDev::new(SIZE))),
+        ],
+        ServerConfig::default(),
+    );
+    let mut c = Client::start(&server).await;
+    c.option(OPT_STRUCTURED_REPLY, &[]).await;
+    assert_eq!(c.option_reply().await.1, REP_ACK);
+    c.option(
+        OPT_SET_META_CONTEXT,
+        &meta_data("other", &[META_BASE_ALLOCATION]),
+    )
+    .await;
+    assert_eq!(meta_replies(&mut c, OPT_SET_META_CONTEXT).await.1, REP_ACK);
+    let (rep, _) = c.info(OPT_GO, "disk", &[]).await;
+    assert_eq!(rep, REP_ACK);
+    c.request(CMD_BLOCK_STATUS, 0, 8, 0, 4096).await;
+    let (_, kind, _, p) = c.chunk().await;
+    assert_eq!(
+        (kind, u32::from_be_bytes(p[..4].try_into().unwrap())),
+        (REPLY_TYPE_ERROR, EINVAL)
+    );
+    c.disconnect().await.unwrap();
+}
+
 #[tokio::test]
 async fn unknown_and_malformed_options_keep_negotiating() {
     let (server, _) = mem_server();
@@ -405,8 +559,9 @@ async fn unknown_and_malformed_options_keep_negotiating() {
     assert_eq!(c.option_reply().await.1, REP_ERR_UNSUP);
     c.option(OPT_STARTTLS, &[]).await;
     assert_eq!(c.option_reply().await.1, REP_ERR_UNSUP);
+    // Meta contexts need structured replies first.
     c.option(OPT_SET_META_CONTEXT, &[0; 8]).await;
-    assert_eq!(c.option_reply().await.1, REP_ERR_UNSUP);
+    assert_eq!(c.option_reply().await.1, REP_ERR_INVALID);
     c.option(OPT_LIST, b"x").await;
     assert_eq!(c.option_reply().await.1, REP_ERR_INVALID);
     c.option(OPT_STRUCTURED_REPLY, b"x").await;
@@ -731,21 +886,38 @@ async fn fua_flush_trim_zeroes_cache() {
     .await;
     c.request(CMD_WRITE_ZEROES, 0, 6, 9000, 100).await;
     c.request(CMD_CACHE, 0, 7, 0, 65536).await;
-    for cookie in 1..=7 {
+    // Syncs reply when they finish: in any order.
+    let mut replies = Vec::new();
+    for _ in 1..=7 {
         let r = c.simple(0).await;
-        assert_eq!((r.error, r.cookie), (0, cookie));
+        replies.push((r.cookie, r.error));
     }
+    replies.sort_unstable();
+    assert_eq!(replies, (1..=7).map(|c| (c, 0)).collect::<Vec<_>>());
+    // The data is written on the reader, without FUA...
     assert_eq!(
         rec.take_log(),
         vec![
-            "write 0 8192 fua=true",
+            "write 0 8192 fua=false",
             "write 8192 8192 fua=false",
-            "flush",
             "trim 0 4096",
-            "zero 8192 100 fua=true",
+            "zero 8192 100 fua=false",
             "zero 9000 100 fua=false",
         ]
     );
+    // ...and each FUA command's sync, and the flush, came after what they
+    // cover: the FUA write (log entry 1), both writes (2), the FUA trim (3)
+    // and the FUA zeroing (4).
+    let mut syncs = rec.take_syncs();
+    syncs.sort_unstable();
+    assert_eq!(
+        syncs.iter().map(|s| s.0).collect::<Vec<_>>(),
+        ["flush", "sync", "sync", "sync"]
+    );
+    assert!(syncs[0].1 >= 2, "{syncs:?}");
+    let mut at: Vec<usize> = syncs[1..].iter().map(|s| s.1).collect();
+    at.sort_unstable();
+    assert!(at[0] >= 1 && at[1] >= 3 && at[2] >= 4, "{syncs:?}");
     let b = dev_bytes(&*rec);
     assert!(b[..4096].iter().all(|&x| x == 0), "trimmed");
     assert!(b[4096..8192].iter().all(|&x| x == 0xff));
@@ -1340,7 +1512,7 @@ fn pattern(n: usize, seed: u32) -> Vec<u8> {
 /// The next reply, simple or structured: to a read of `read` bytes (`Some`) or
 /// to another command, as (cookie, errno, data; for a structured reply its type
 /// and payload).
-async fn next_reply(c: &mut Client, read: Option<usize>) -> (u64, u32, Vec<u8>) {
+async fn next_reply(c: &mut Client, reads: &[Option<usize>]) -> (u64, u32, Vec<u8>) {
     let mut magic = [0u8; 4];
     tokio::time::timeout(T, c.s.read_exact(&mut magic))
         .await
@@ -1352,6 +1524,8 @@ async fn next_reply(c: &mut Client, read: Option<usize>) -> (u64, u32, Vec<u8>) 
         c.s.read_exact(&mut h).await.unwrap();
         let errno = u32::from_be_bytes(h[..4].try_into().unwrap());
         let cookie = u64::from_be_bytes(h[4..].try_into().unwrap());
+        // Replies may come out of order: the cookie says what it answers.
+        let read = reads.get(cookie as usize - 1).copied().flatten();
         let mut data = vec![0u8; if errno == 0 { read.unwrap_or(0) } else { 0 }];
         c.s.read_exact(&mut data).await.unwrap();
         return (cookie, errno, data);
@@ -1394,7 +1568,8 @@ async fn run_script(adm: Admission, structured: bool) -> (Outcome, Vec<Arc<Scrip
     c.request(CMD_READ, 0, 8, SIZE, 4096).await;
     c.request(CMD_FLUSH, 0, 9, 0, 0).await;
     let mut replies = Vec::new();
-    for read in [
+    // Read lengths by cookie.
+    let mut reads = vec![
         None,
         None,
         Some(4096),
@@ -1404,8 +1579,9 @@ async fn run_script(adm: Admission, structured: bool) -> (Outcome, Vec<Arc<Scrip
         None,
         Some(4096),
         None,
-    ] {
-        replies.push(next_reply(&mut c, read).await);
+    ];
+    for _ in 0..reads.len() {
+        replies.push(next_reply(&mut c, &reads).await);
     }
     assert!(c.disconnect().await.is_ok());
     let (mut c, _, _) = Client::go(&server, "bad", structured).await;
@@ -1413,11 +1589,18 @@ async fn run_script(adm: Admission, structured: bool) -> (Outcome, Vec<Arc<Scrip
     c.write(11, 0, &pattern(100_000, 11), CMD_FLAG_FUA).await;
     c.request(CMD_READ, 0, 12, 0, 4096).await;
     c.request(CMD_READ, 0, 13, 0, 100_000).await;
-    for read in [None, None, Some(4096), Some(100_000)] {
-        replies.push(next_reply(&mut c, read).await);
+    reads.extend([None, None, Some(4096), Some(100_000)]);
+    for _ in 0..4 {
+        replies.push(next_reply(&mut c, &reads).await);
     }
     assert!(c.disconnect().await.is_ok());
-    let outcome = (replies, dev_bytes(&*rec), merged_writes(rec.take_log()));
+    // Syncs reply when they finish, out of order.
+    replies.sort_by_key(|r| r.0);
+    let mut log = merged_writes(rec.take_log());
+    let mut syncs: Vec<&str> = rec.take_syncs().into_iter().map(|s| s.0).collect();
+    syncs.sort_unstable();
+    log.extend(syncs.into_iter().map(|s| (0, 0, s.to_string())));
+    let outcome = (replies, dev_bytes(&*rec), log);
     (outcome, g1.into_iter().chain(g2).collect())
 }
 
@@ -1455,10 +1638,12 @@ async fn one_path_for_every_gate() {
         assert_eq!(
             writes,
             &[
-                (0, 4096, "fua=true".to_string()),
+                (0, 4096, "fua=false".to_string()),
                 (8192, 600_000, "fua=false".into()),
-                (700_000, 40_000, "fua=true".into()),
+                (700_000, 40_000, "fua=false".into()),
                 (0, 0, "flush".into()),
+                (0, 0, "sync".into()),
+                (0, 0, "sync".into()),
             ]
         );
         for adm in [Admission::Paced, Admission::AtOnce, Admission::Pieces] {

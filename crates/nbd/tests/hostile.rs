@@ -4,7 +4,8 @@
 //!
 //! The export is a `blockdev::GuardedWindow` of `N` bytes between guard zones of
 //! `G` bytes; it forwards offsets *without* checking them, so any request the
-//! server failed to bounds-check lands in a guard zone, where the test sees it.
+//! server failed to bounds-check lands in a guard zone, where the test sees it
+//! (a block status query outside the window is recorded there too).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +40,19 @@ fn server(dev: Arc<GuardedWindow>) -> Server {
     )
 }
 
-fn handshake_bytes(structured: bool) -> Vec<u8> {
+/// `NBD_OPT_SET_META_CONTEXT` data selecting `base:allocation` on the default export.
+fn set_meta_data() -> Vec<u8> {
+    let q = META_BASE_ALLOCATION.as_bytes();
+    let mut d = 0u32.to_be_bytes().to_vec();
+    d.extend_from_slice(&1u32.to_be_bytes());
+    d.extend_from_slice(&(q.len() as u32).to_be_bytes());
+    d.extend_from_slice(q);
+    d
+}
+
+/// A handshake into transmission; with `meta` (and `structured`), selecting
+/// `base:allocation` first.
+fn handshake_bytes(structured: bool, meta: bool) -> Vec<u8> {
     let mut v = 3u32.to_be_bytes().to_vec();
     let mut opt = |o: u32, d: &[u8]| {
         v.extend_from_slice(&IHAVEOPT.to_be_bytes());
@@ -49,6 +62,9 @@ fn handshake_bytes(structured: bool) -> Vec<u8> {
     };
     if structured {
         opt(OPT_STRUCTURED_REPLY, &[]);
+    }
+    if meta {
+        opt(OPT_SET_META_CONTEXT, &set_meta_data());
     }
     opt(OPT_GO, &[0, 0, 0, 0, 0, 0]);
     v
@@ -119,6 +135,7 @@ fn kind() -> impl Strategy<Value = u16> {
         1 => Just(CMD_WRITE_ZEROES),
         1 => Just(CMD_FLUSH),
         1 => Just(CMD_CACHE),
+        2 => Just(CMD_BLOCK_STATUS),
         1 => 7u16..12,
         1 => any::<u16>(),
     ]
@@ -130,6 +147,7 @@ fn flags() -> impl Strategy<Value = u16> {
         2 => Just(CMD_FLAG_FUA),
         1 => Just(CMD_FLAG_NO_HOLE),
         1 => Just(CMD_FLAG_DF),
+        1 => Just(CMD_FLAG_REQ_ONE),
         1 => any::<u16>(),
     ]
 }
@@ -152,7 +170,7 @@ fn payload(r: &Req) -> Vec<u8> {
 
 /// The expected outcome from the protocol spec, written independently of the
 /// server: `Err(None)` is a hang-up, `Err(Some(errno))` an error reply.
-fn expected(r: &Req, structured: bool) -> Result<(), Option<u32>> {
+fn expected(r: &Req, structured: bool, meta: bool) -> Result<(), Option<u32>> {
     let in_range = r
         .offset
         .checked_add(u64::from(r.len))
@@ -175,12 +193,22 @@ fn expected(r: &Req, structured: bool) -> Result<(), Option<u32>> {
         CMD_FLUSH => ok(flags_ok(CMD_FLAG_FUA)),
         CMD_TRIM | CMD_CACHE => ok(flags_ok(CMD_FLAG_FUA) && in_range),
         CMD_WRITE_ZEROES => ok(flags_ok(CMD_FLAG_FUA | CMD_FLAG_NO_HOLE) && in_range),
+        // Only with base:allocation selected, and never for nothing.
+        CMD_BLOCK_STATUS => {
+            ok(meta && flags_ok(CMD_FLAG_FUA | CMD_FLAG_REQ_ONE) && in_range && r.len > 0)
+        }
         _ => Err(Some(EINVAL)),
     }
 }
 
 /// Reads one reply: (error, cookie, data).
-async fn reply<R: AsyncReadExt + Unpin>(rd: &mut R, read_len: Option<u32>) -> (u32, u64, Vec<u8>) {
+/// Reads one reply: (error, cookie, data). `read_len` says, by cookie, how many
+/// data bytes follow a successful simple reply (replies may come out of order:
+/// a flush or FUA reply waits for its sync).
+async fn reply<R: AsyncReadExt + Unpin>(
+    rd: &mut R,
+    read_len: impl Fn(u64) -> Option<u32>,
+) -> (u32, u64, Vec<u8>) {
     let mut magic = [0u8; 4];
     rd.read_exact(&mut magic).await.unwrap();
     match u32::from_be_bytes(magic) {
@@ -192,7 +220,7 @@ async fn reply<R: AsyncReadExt + Unpin>(rd: &mut R, read_len: Option<u32>) -> (u
             let mut data = vec![
                 0u8;
                 if err == 0 {
-                    read_len.unwrap_or(0) as usize
+                    read_len(cookie).unwrap_or(0) as usize
                 } else {
                     0
                 }
@@ -217,6 +245,7 @@ async fn reply<R: AsyncReadExt + Unpin>(rd: &mut R, read_len: Option<u32>) -> (u
             match kind {
                 REPLY_TYPE_OFFSET_DATA => (0, cookie, p[8..].to_vec()),
                 REPLY_TYPE_NONE => (0, cookie, Vec::new()),
+                REPLY_TYPE_BLOCK_STATUS => (0, cookie, p),
                 REPLY_TYPE_ERROR => (
                     u32::from_be_bytes(p[..4].try_into().unwrap()),
                     cookie,
@@ -231,7 +260,8 @@ async fn reply<R: AsyncReadExt + Unpin>(rd: &mut R, read_len: Option<u32>) -> (u
 
 /// Runs `reqs` against a fresh window export, checking every reply against the
 /// spec and a byte model of the export; returns the final device.
-fn run_requests(reqs: Vec<Req>, structured: bool) -> Result<(), TestCaseError> {
+fn run_requests(reqs: Vec<Req>, structured: bool, meta: bool) -> Result<(), TestCaseError> {
+    let meta = meta && structured;
     let dev = Arc::new(GuardedWindow::new(N, G));
     let srv = server(dev.clone());
     let mut model = vec![0u8; N as usize];
@@ -242,7 +272,9 @@ fn run_requests(reqs: Vec<Req>, structured: bool) -> Result<(), TestCaseError> {
         // Send everything from a separate task, as a pipelining client would.
         let sent = reqs.clone();
         let sender = tokio::spawn(async move {
-            wr.write_all(&handshake_bytes(structured)).await.unwrap();
+            wr.write_all(&handshake_bytes(structured, meta))
+                .await
+                .unwrap();
             for (i, r) in sent.iter().enumerate() {
                 let h = RequestHeader {
                     flags: r.flags,
@@ -277,7 +309,7 @@ fn run_requests(reqs: Vec<Req>, structured: bool) -> Result<(), TestCaseError> {
         let mut g = [0u8; 18];
         rd.read_exact(&mut g).await.unwrap();
         let mut acks = 0;
-        while acks < 1 + usize::from(structured) {
+        while acks < 1 + usize::from(structured) + usize::from(meta) {
             let mut h = [0u8; 20];
             rd.read_exact(&mut h).await.unwrap();
             let mut d = vec![0u8; u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize];
@@ -286,17 +318,32 @@ fn run_requests(reqs: Vec<Req>, structured: bool) -> Result<(), TestCaseError> {
                 acks += 1;
             }
         }
-        for (i, r) in reqs.iter().enumerate() {
-            let exp = expected(r, structured);
-            if exp == Err(None) {
-                break;
-            }
-            let read_len = (r.kind == CMD_READ).then_some(r.len);
+        // Every reply up to a hang-up, in whatever order they come; then checked
+        // in request order, which is the order the server executed them in.
+        let answered = reqs
+            .iter()
+            .take_while(|r| expected(r, structured, meta) != Err(None))
+            .count();
+        let mut got = std::collections::HashMap::new();
+        for _ in 0..answered {
+            let read_len = |c: u64| {
+                reqs.get(c as usize)
+                    .filter(|r| r.kind == CMD_READ)
+                    .map(|r| r.len)
+            };
             let (err, cookie, data) =
                 tokio::time::timeout(Duration::from_secs(10), reply(&mut rd, read_len))
                     .await
                     .expect("reply");
-            prop_assert_eq!(cookie, i as u64);
+            prop_assert!(
+                got.insert(cookie, (err, data)).is_none(),
+                "two replies for {}",
+                cookie
+            );
+        }
+        for (i, r) in reqs.iter().enumerate().take(answered) {
+            let exp = expected(r, structured, meta);
+            let (err, data) = got.remove(&(i as u64)).expect("a reply for every request");
             match exp {
                 Ok(()) => prop_assert_eq!(err, 0, "request {:?} should succeed", r),
                 Err(Some(e)) => prop_assert_eq!(err, e, "request {:?}", r),
@@ -316,6 +363,46 @@ fn run_requests(reqs: Vec<Req>, structured: bool) -> Result<(), TestCaseError> {
                     "read {:?} returned wrong data",
                     r
                 ),
+                CMD_BLOCK_STATUS => {
+                    // Context 1, then (length, state) descriptors: nonzero,
+                    // within the request, one with REQ_ONE, and holes that the
+                    // model says read as zeros.
+                    prop_assert_eq!(
+                        u32::from_be_bytes(data[..4].try_into().unwrap()),
+                        META_BASE_ALLOCATION_ID
+                    );
+                    let descs: Vec<(u64, u32)> = data[4..]
+                        .chunks_exact(8)
+                        .map(|c| {
+                            (
+                                u64::from(u32::from_be_bytes(c[..4].try_into().unwrap())),
+                                u32::from_be_bytes(c[4..].try_into().unwrap()),
+                            )
+                        })
+                        .collect();
+                    prop_assert!(!descs.is_empty() && data.len() == 4 + 8 * descs.len());
+                    if r.flags & CMD_FLAG_REQ_ONE != 0 {
+                        prop_assert_eq!(descs.len(), 1);
+                    }
+                    let mut at = r.offset as usize;
+                    for (len, state) in descs {
+                        prop_assert!(len > 0);
+                        let end = at + len as usize;
+                        prop_assert!(
+                            end <= (r.offset + u64::from(r.len)) as usize,
+                            "extent past the request {:?}",
+                            r
+                        );
+                        if state & STATE_ZERO != 0 {
+                            prop_assert!(
+                                model[at..end].iter().all(|&b| b == 0),
+                                "a zero extent holds data: {:?}",
+                                r
+                            );
+                        }
+                        at = end;
+                    }
+                }
                 _ => {}
             }
         }
@@ -353,6 +440,7 @@ proptest! {
     #[test]
     fn arbitrary_transmission_bytes(
         structured in any::<bool>(),
+        meta in any::<bool>(),
         parts in proptest::collection::vec(
             prop_oneof![
                 3 => req().prop_map(|r| {
@@ -369,7 +457,7 @@ proptest! {
         ),
     ) {
         let dev = Arc::new(GuardedWindow::new(N, G));
-        let mut input = handshake_bytes(structured);
+        let mut input = handshake_bytes(structured, meta);
         for p in parts {
             input.extend(p);
         }
@@ -382,8 +470,9 @@ proptest! {
     #[test]
     fn hostile_requests_follow_the_model(
         structured in any::<bool>(),
+        meta in any::<bool>(),
         reqs in proptest::collection::vec(req(), 1..40),
     ) {
-        run_requests(reqs, structured)?;
+        run_requests(reqs, structured, meta)?;
     }
 }

@@ -17,7 +17,9 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use blockdev::{check_range, BlockDev, BlockSizes, IoError, IoResult};
+use blockdev::{
+    check_range, push_extent, Alloc, BlockDev, BlockSizes, IoError, IoResult, MapExtent,
+};
 use clock::{Clock, Nanos};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -318,6 +320,39 @@ impl BlockDev for FileStore {
         // A disk writes zeros like any data.
         Ok(self.book(offset, len))
     }
+    /// The file system's own map of the file (`SEEK_DATA` / `SEEK_HOLE`):
+    /// never-written, trimmed and zeroed ranges are holes there. A file system
+    /// that cannot tell reports all data.
+    fn allocation(&self, offset: u64, len: u64) -> IoResult<Vec<MapExtent>> {
+        check_range(offset, len, self.size)?;
+        let fd = self.file.as_raw_fd();
+        // SAFETY: lseek on a descriptor we own. It moves the file offset, which
+        // nothing else uses (reads and writes name their offsets).
+        let seek = |pos: u64, whence| unsafe { libc::lseek(fd, pos as libc::off_t, whence) };
+        let end = offset + len;
+        let mut map = Vec::new();
+        let mut pos = offset;
+        while pos < end {
+            let data = match seek(pos, libc::SEEK_DATA) {
+                // No data at or after pos.
+                -1 if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) => end,
+                -1 => pos, // cannot tell: data
+                d => (d as u64).clamp(pos, end),
+            };
+            push_extent(&mut map, data - pos, Alloc::Hole);
+            pos = data;
+            if pos >= end {
+                break;
+            }
+            let hole = match seek(pos, libc::SEEK_HOLE) {
+                h if h > pos as libc::off_t => (h as u64).min(end),
+                _ => end,
+            };
+            push_extent(&mut map, hole - pos, Alloc::Data);
+            pos = hole;
+        }
+        Ok(map)
+    }
 }
 
 #[cfg(test)]
@@ -330,6 +365,52 @@ mod tests {
         let clock = Arc::new(VirtualClock::new(0));
         let s = FileStore::open(&dir.path().join("b.img"), 64 << 20, model, clock.clone()).unwrap();
         (dir, clock, s)
+    }
+
+    #[test]
+    fn allocation_follows_the_files_holes() {
+        let (_d, _c, s) = store(None);
+        let whole = |s: &FileStore| s.allocation(0, 64 << 20).unwrap();
+        if whole(&s)
+            != [MapExtent {
+                len: 64 << 20,
+                alloc: Alloc::Hole,
+            }]
+        {
+            eprintln!("SKIP: this file system does not report holes (SEEK_HOLE)");
+            return;
+        }
+        s.write(1 << 20, &[1u8; 8192], false).unwrap();
+        let m = whole(&s);
+        assert_eq!(blockdev::covered(&m), 64 << 20);
+        // The written range is data, surrounded by holes (the file system's
+        // block size may round the data out a little).
+        assert_eq!(m.len(), 3, "{m:?}");
+        assert_eq!(
+            (m[0].alloc, m[1].alloc, m[2].alloc),
+            (Alloc::Hole, Alloc::Data, Alloc::Hole)
+        );
+        assert!(
+            m[0].len <= 1 << 20 && m[0].len + m[1].len >= (1 << 20) + 8192,
+            "{m:?}"
+        );
+        // Clipped to the query.
+        assert_eq!(
+            s.allocation((1 << 20) + 4096, 4096).unwrap(),
+            [MapExtent {
+                len: 4096,
+                alloc: Alloc::Data
+            }]
+        );
+        s.trim(0, 4 << 20).unwrap();
+        assert_eq!(
+            whole(&s),
+            [MapExtent {
+                len: 64 << 20,
+                alloc: Alloc::Hole
+            }]
+        );
+        assert!(s.allocation(64 << 20, 1).is_err());
     }
 
     #[test]

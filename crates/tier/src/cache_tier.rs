@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use blockdev::{check_range, BlockDev, BlockSizes, IoResult};
+use blockdev::{check_range, BlockDev, BlockSizes, IoResult, MapExtent};
 use cache::{Access, CachePolicy, Events, Key, PolicyConfig, PolicyKind, TenantOccupancy};
 use clock::{Clock, Nanos};
 use parking_lot::Mutex;
@@ -860,6 +860,14 @@ impl BlockDev for TierVolume {
         let b = &self.shared.backing;
         self.shared
             .zero(self.index, offset, len, |at| b.write_zeroes(at, len, fua))
+    }
+    /// The backing store's map of this volume's range: the cache is
+    /// write-through, so the backing store holds every byte written, and a
+    /// trimmed or zeroed range is a hole there.
+    fn allocation(&self, offset: u64, len: u64) -> IoResult<Vec<MapExtent>> {
+        let m = self.shared.vol(self.index);
+        check_range(offset, len, m.size)?;
+        self.shared.backing.allocation(m.base + offset, len)
     }
 }
 

@@ -117,6 +117,7 @@ impl Vssd {
         }
         let id = g.blocks[victim as usize].id;
         self.dev.erase(id, t)?;
+        g.dirty.erased(&self.geo, id);
         let blk = &mut g.blocks[victim as usize];
         debug_assert_eq!(blk.valid, 0);
         blk.state = BState::Free;

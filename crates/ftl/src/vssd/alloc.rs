@@ -183,9 +183,10 @@ impl Vssd {
     ) -> Result<(u32, Nanos), FtlError> {
         let blk = &mut g.blocks[b as usize];
         let page = blk.wp;
-        let done = self
-            .dev
-            .program(self.geo.first_page(blk.id) + page as u64, data, oob, now)?;
+        let at = self.geo.first_page(blk.id) + page as u64;
+        let done = self.dev.program(at, data, oob, now)?;
+        g.dirty.programmed(&self.geo, at);
+        let blk = &mut g.blocks[b as usize];
         blk.wp += 1;
         blk.last_write = now;
         if blk.wp == self.ppb {

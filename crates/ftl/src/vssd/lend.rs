@@ -183,6 +183,7 @@ impl Vssd {
             let id = g.blocks[b as usize].id;
             if self.dev.write_ptr(id) > 0 {
                 done = done.max(self.dev.erase(id, now)?);
+                g.dirty.erased(&self.geo, id);
                 g.counters.block_erases += 1;
             }
         }
@@ -252,6 +253,7 @@ impl Vssd {
             }
             if self.dev.write_ptr(b.id) > 0 {
                 done = done.max(self.dev.erase(b.id, now)?);
+                inner.dirty.erased(&self.geo, b.id);
                 inner.counters.block_erases += 1;
             }
             b.erase_count = self.dev.erase_count(b.id);
@@ -444,6 +446,7 @@ impl Vssd {
         let id = g.blocks[b as usize].id;
         if self.dev.write_ptr(id) > 0 {
             self.dev.erase(id, t)?;
+            g.dirty.erased(&self.geo, id);
             g.counters.block_erases += 1;
         }
         let blk = &mut g.blocks[b as usize];

@@ -20,7 +20,11 @@ impl Vssd {
     /// Syncs the flash and saves a checkpoint of the current mapping; the trim
     /// records it covers are no longer needed and become invalid pages.
     pub(crate) fn write_checkpoint(&self, g: &mut Inner) -> Result<(), FtlError> {
+        // The whole device: that also covers a group sync of this vSSD still
+        // in flight (its set was taken before this lock was), so every page
+        // the checkpoint names is durable before it is saved.
         self.dev.sync()?;
+        g.dirty = flash::DirtySet::new();
         let out = format::encode(self.cfg.id, g.map.seq, &g.map.lseq);
         self.ckpt.save(self.cfg.id, &out)?;
         g.map.ckpt_seq = g.map.seq;
