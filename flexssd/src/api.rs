@@ -57,6 +57,10 @@
 
 mod dashboard;
 pub use self::dashboard::Sampler;
+pub(crate) use self::dashboard::{
+    app_js as dashboard_app_js, fragment as dashboard_fragment, page_response as dashboard_page,
+    style_css as dashboard_style_css,
+};
 
 use std::net::SocketAddr;
 use std::path::Path;

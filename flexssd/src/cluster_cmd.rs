@@ -567,6 +567,31 @@ async fn h_gssds(
     Ok(Json(st.sched.gssds()))
 }
 
+/// The fleet's dashboard fragment: hosts with their state and links to
+/// their own dashboards (the page at `/dashboard` fetches it with the fleet
+/// token, like the host's page does).
+async fn h_dashboard(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(e) = check_token(&st, &headers) {
+        return e.into_response();
+    }
+    let hosts: Vec<dashboard::FleetHost> = st
+        .sched
+        .hosts()
+        .into_iter()
+        .map(|h| dashboard::FleetHost {
+            api: h.record.as_ref().map(|r| r.api.clone()),
+            gssds: h.record.as_ref().map_or(0, |r| r.gssds.len()),
+            id: h.id,
+            state: h.state,
+            vssds: h.vssds,
+            booked_channels: h.booked_channels,
+            total_channels: h.total_channels,
+        })
+        .collect();
+    let leader = st.sched.status().leader.map(|l| format!("{} ({})", l.id, l.api));
+    crate::api::dashboard_fragment(dashboard::render_fleet(&hosts, leader.as_deref()))
+}
+
 async fn h_status(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -778,6 +803,15 @@ fn serve(a: &ServeArgs, ca_file: Option<&std::path::Path>) -> Result<()> {
             .route("/v1/vssds/:name", get(h_show).delete(h_delete))
             .route("/v1/events", get(h_events))
             .route("/v1/gssds", get(h_gssds))
+            .route("/v1/cluster/dashboard", get(h_dashboard))
+            .route(
+                "/dashboard",
+                get(|| async {
+                    crate::api::dashboard_page("flexssd fleet", "/v1/cluster/dashboard", 2000)
+                }),
+            )
+            .route("/dashboard/app.js", get(crate::api::dashboard_app_js))
+            .route("/dashboard/style.css", get(crate::api::dashboard_style_css))
             .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
             .with_state(st);
         info!(id = %a.id, "fleet API listening on {scheme}://{}", a.listen);

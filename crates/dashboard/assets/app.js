@@ -19,6 +19,50 @@
   let inflight = false;
   let timer = null;
   let updates = 0;
+  let lastMs = 0;
+  let last = null; // {head, ids, parts: Map(id -> html)} of what is shown
+
+  // The fragment is a head (summary) and top-level <section id=...>s that
+  // never nest. Only the sections whose HTML changed are replaced, so a big
+  // flash map that did not change costs nothing on an update; the scroll
+  // positions of replaced tables are kept.
+  const SECTION = /<section id="([a-z]+)"[\s\S]*?<\/section>/g;
+  function split(html) {
+    const parts = new Map();
+    let m;
+    SECTION.lastIndex = 0;
+    while ((m = SECTION.exec(html)) !== null) { parts.set(m[1], m[0]); }
+    const at = html.indexOf('<section');
+    return { head: at < 0 ? html : html.slice(0, at), ids: Array.from(parts.keys()).join(','), parts: parts };
+  }
+
+  function apply(html) {
+    const next = split(html);
+    const dash = document.getElementById('dash');
+    if (!last || !dash || next.ids !== last.ids) {
+      main.innerHTML = html; // rendered and escaped by the daemon
+      last = next;
+      return;
+    }
+    if (next.head !== last.head) {
+      const t = document.createElement('template');
+      t.innerHTML = next.head + '</div>';
+      const fresh = t.content.firstElementChild;
+      for (const a of fresh.attributes) { dash.setAttribute(a.name, a.value); }
+      const old = dash.querySelector('.summary');
+      const now = fresh.querySelector('.summary');
+      if (old && now) { old.replaceWith(now); }
+    }
+    next.parts.forEach(function (h, id) {
+      if (last.parts.get(id) === h) { return; }
+      const el = document.getElementById(id);
+      const scrolls = Array.from(el.querySelectorAll('.scroll'), function (s) { return s.scrollTop; });
+      el.outerHTML = h;
+      const now = document.getElementById(id);
+      now.querySelectorAll('.scroll').forEach(function (s, i) { s.scrollTop = scrolls[i] || 0; });
+    });
+    last = next;
+  }
 
   function token() {
     try { return sessionStorage.getItem(KEY) || ''; } catch (e) { return ''; }
@@ -40,12 +84,15 @@
     status.textContent = 'signed out';
     status.className = 'status error';
     main.textContent = '';
+    last = null;
     input.focus();
   }
 
   function schedule() {
     clearTimeout(timer);
-    timer = setTimeout(tick, every);
+    // A page that takes long to draw is asked less often, so that it stays
+    // responsive: never more than a third of the time goes to updating.
+    timer = setTimeout(tick, Math.max(every, 3 * lastMs));
   }
 
   async function tick() {
@@ -72,16 +119,18 @@
       const html = await r.text();
       const t1 = performance.now();
       const y = window.scrollY;
-      main.innerHTML = html; // rendered and escaped by the daemon
+      apply(html);
       void main.offsetHeight; // layout now, inside the measurement
       await new Promise(function (res) { requestAnimationFrame(function () { setTimeout(res, 0); }); });
       window.scrollTo(0, y);
       const t2 = performance.now();
+      lastMs = t2 - t0;
       updates += 1;
       document.body.dataset.updates = String(updates);
       document.body.dataset.fetchMs = (t1 - t0).toFixed(1);
       document.body.dataset.renderMs = (t2 - t1).toFixed(1);
       document.body.dataset.bytes = String(html.length);
+      if (updates === 1) { document.body.dataset.firstMs = t2.toFixed(1); }
       status.textContent = 'live · update ' + updates + ' took ' + Math.round(t2 - t0) + ' ms';
       status.className = 'status ok';
       login.hidden = true;

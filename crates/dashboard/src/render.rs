@@ -131,7 +131,7 @@ pub fn render_body(s: &Snapshot, view: &View) -> String {
         s.volumes.len(),
         fmt_secs(secs(s.now_ns))
     );
-    flash(&mut o, s);
+    flash(&mut o, s, view);
     vssds(&mut o, s, view);
     detail(&mut o, s, view);
     harvest(&mut o, s, view);
@@ -140,7 +140,7 @@ pub fn render_body(s: &Snapshot, view: &View) -> String {
     o
 }
 
-fn flash(o: &mut String, s: &Snapshot) {
+fn flash(o: &mut String, s: &Snapshot, view: &View) {
     o.push_str(r#"<section id="flash"><h2>Flash</h2>"#);
     let Some(maps) = &s.flash else {
         o.push_str(
@@ -164,10 +164,15 @@ fn flash(o: &mut String, s: &Snapshot) {
             o,
             r#"<p class="note">Wear layer: erase counts {min}–{max} (yellow: least, red: most worn).</p><table class="legend"><thead><tr><th></th><th>owner</th><th>kind</th><th>lent to</th><th class="n">cells</th></tr></thead><tbody>"#
         );
-        for (i, ow) in m.owners.iter().enumerate() {
-            if ow.cells == 0 && ow.name.is_none() {
-                continue;
-            }
+        // Free and unsold first, then the owners with the most cells, at
+        // most `rows` of them (every cell's owner is in its tooltip).
+        let mut order: Vec<usize> = (0..m.owners.len())
+            .filter(|&i| m.owners[i].cells > 0 || m.owners[i].name.is_some())
+            .collect();
+        order.sort_by_key(|&i| (m.owners[i].name.is_some(), std::cmp::Reverse(m.owners[i].cells), i));
+        let shown = order.len().min(view.rows);
+        for &i in &order[..shown] {
+            let ow = &m.owners[i];
             let key = ow.name.clone().unwrap_or_else(|| match ow.kind {
                 FlashOwnerKind::Free => "(free)".into(),
                 _ => "(unsold)".into(),
@@ -194,7 +199,15 @@ fn flash(o: &mut String, s: &Snapshot) {
                 tdn("cells", &fmt_num(ow.cells)),
             );
         }
-        o.push_str("</tbody></table></div>");
+        o.push_str("</tbody></table>");
+        if shown < order.len() {
+            let _ = write!(
+                o,
+                r#"<p class="note">{} more owners not listed (hover over the map to see whose a block is).</p>"#,
+                order.len() - shown
+            );
+        }
+        o.push_str("</div>");
     }
     o.push_str("</section>");
 }

@@ -13,8 +13,6 @@ use crate::format::{esc, fmt_num};
 const ROW_H: u32 = 14;
 /// Widest the map is drawn, pixels.
 const MAP_W: u32 = 960;
-/// At most this many wear columns per channel; wider devices are binned.
-const WEAR_COLS: u32 = 256;
 
 const VSSD: [&str; 10] = [
     "#4e79a7", "#59a14f", "#76b7b2", "#3b6ea5", "#8cd17d", "#499894", "#86bcb6", "#2f5f8a",
@@ -56,21 +54,10 @@ pub(crate) fn owner_label(o: &FlashOwner) -> String {
     }
 }
 
-/// Red-yellow heat for `v` of `max`.
-fn heat(v: u32, max: u32) -> String {
-    let t = if max == 0 {
-        0.0
-    } else {
-        v as f64 / max as f64
-    };
-    // 60° (yellow) at no wear down to 0° (red) at the most worn block.
-    format!("hsl({:.0},90%,{:.0}%)", 60.0 * (1.0 - t), 85.0 - 35.0 * t)
-}
-
 /// The map of one device: a row per channel, a column per block index, one
 /// rectangle per run of cells with the same owner (so a device costs about
-/// as many shapes as it has extents), and a hidden wear layer (class `wear`,
-/// at most [`WEAR_COLS`] columns per channel) the page's toggle shows.
+/// as many shapes as it has extents), and a hidden wear layer (class `wear`:
+/// a bitmap of one pixel per cell) the page's toggle shows.
 pub fn flash_map_svg(m: &FlashMap) -> String {
     let bpp = m.blocks_per_plane.max(1);
     let cell_w = (MAP_W as f64 / bpp as f64).clamp(0.25, 12.0);
@@ -102,7 +89,7 @@ pub fn flash_map_svg(m: &FlashMap) -> String {
             let x = 40.0 + start as f64 * cell_w;
             let _ = write!(
                 s,
-                r##"<rect x="{x:.2}" y="{y}" width="{:.2}" height="{}" fill="{}" stroke="#999" stroke-width="0.3" data-owner="{o}"><title>channel {c}, blocks {start}..{end}: {}</title></rect>"##,
+                r##"<rect x="{x:.1}" y="{y}" width="{:.1}" height="{}" fill="{}"><title>ch{c} {start}..{end}: {}</title></rect>"##,
                 (end - start) as f64 * cell_w,
                 ROW_H - 2,
                 owner_colour(o as usize, owner),
@@ -113,28 +100,80 @@ pub fn flash_map_svg(m: &FlashMap) -> String {
     }
     s.push_str("</g>");
     let max = m.erase_max.iter().copied().max().unwrap_or(0);
-    let bin = bpp.div_ceil(WEAR_COLS).max(1);
-    let _ = write!(s, r#"<g class="wear" data-max-erase="{max}">"#);
-    for c in 0..m.channels {
-        let y = c * ROW_H;
-        let row = &m.erase_max[(c * bpp) as usize..((c + 1) * bpp) as usize];
-        for (i, chunk) in row.chunks(bin as usize).enumerate() {
-            let v = chunk.iter().copied().max().unwrap_or(0);
-            let x = 40.0 + (i as u32 * bin) as f64 * cell_w;
-            let _ = write!(
-                s,
-                r#"<rect x="{x:.2}" y="{y}" width="{:.2}" height="{}" fill="{}"><title>channel {c}, blocks {}..{}: erased up to {v} times</title></rect>"#,
-                chunk.len() as f64 * cell_w,
-                ROW_H - 2,
-                heat(v, max),
-                i as u32 * bin,
-                i as u32 * bin + chunk.len() as u32,
-            );
-        }
-    }
-    s.push_str("</g></svg>");
+    let _ = write!(
+        s,
+        r#"<image class="wear" x="40" y="0" width="{:.2}" height="{}" preserveAspectRatio="none" data-max-erase="{max}" href="data:image/bmp;base64,{}"><title>wear: erase counts 0 (yellow) to {max} (red)</title></image>"#,
+        cell_w * bpp as f64,
+        m.channels * ROW_H,
+        base64(&wear_bmp(m, max)),
+    );
+    s.push_str("</svg>");
     s
 }
+
+/// The wear layer as a 24-bit BMP, one pixel per cell (a picture is a few
+/// bytes per cell where a shape is a hundred, which matters at 10^5 cells),
+/// a row of pixels per channel, stretched over the owner layer.
+fn wear_bmp(m: &FlashMap, max: u32) -> Vec<u8> {
+    let w = m.blocks_per_plane.max(1) as usize;
+    let h = m.channels as usize;
+    let stride = (w * 3).div_ceil(4) * 4;
+    let size = 54 + stride * h;
+    let mut b = Vec::with_capacity(size);
+    let u32le = |b: &mut Vec<u8>, v: u32| b.extend_from_slice(&v.to_le_bytes());
+    b.extend_from_slice(b"BM");
+    u32le(&mut b, size as u32);
+    u32le(&mut b, 0);
+    u32le(&mut b, 54);
+    u32le(&mut b, 40);
+    u32le(&mut b, w as u32);
+    u32le(&mut b, h as u32); // positive: bottom-up rows
+    b.extend_from_slice(&1u16.to_le_bytes());
+    b.extend_from_slice(&24u16.to_le_bytes());
+    for v in [0u32, (stride * h) as u32, 2835, 2835, 0, 0] {
+        u32le(&mut b, v);
+    }
+    for c in (0..h).rev() {
+        let start = b.len();
+        for x in 0..w {
+            let (r, g, bl) = heat_rgb(m.erase_max[c * w + x], max);
+            b.extend_from_slice(&[bl, g, r]);
+        }
+        b.resize(start + stride, 0);
+    }
+    b
+}
+
+/// Standard base64 with padding.
+fn base64(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut o = String::with_capacity(data.len().div_ceil(3) * 4);
+    for ch in data.chunks(3) {
+        let n = (ch[0] as u32) << 16
+            | (*ch.get(1).unwrap_or(&0) as u32) << 8
+            | *ch.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= ch.len() {
+                o.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                o.push('=');
+            }
+        }
+    }
+    o
+}
+
+/// Yellow (least worn) to red (most worn).
+fn heat_rgb(v: u32, max: u32) -> (u8, u8, u8) {
+    let t = if max == 0 {
+        0.0
+    } else {
+        v as f64 / max as f64
+    };
+    let lerp = |a: f64, b: f64| (a + (b - a) * t).round() as u8;
+    (lerp(255.0, 200.0), lerp(235.0, 20.0), lerp(120.0, 20.0))
+}
+
 
 /// Plot size of an SLA chart, pixels.
 const SLA_W: f64 = 360.0;
@@ -222,6 +261,12 @@ pub fn sla_svg(tenant: Option<&Curve>, unit: Option<&Curve>, points: &[(f64, f64
 pub(crate) fn sparkline(values: &[f64]) -> String {
     const W: f64 = 120.0;
     const H: f64 = 22.0;
+    // At most 40 points: the mean of each bucket of the window.
+    let per = values.len().div_ceil(40).max(1);
+    let values: Vec<f64> = values
+        .chunks(per)
+        .map(|c| c.iter().sum::<f64>() / c.len() as f64)
+        .collect();
     if values.len() < 2 {
         return format!(r#"<svg class="spark" width="{W}" height="{H}"></svg>"#);
     }
@@ -230,7 +275,7 @@ pub(crate) fn sparkline(values: &[f64]) -> String {
     let pts: Vec<String> = values
         .iter()
         .enumerate()
-        .map(|(i, v)| format!("{:.1},{:.1}", i as f64 * step, H - 1.0 - v / max * (H - 2.0)))
+        .map(|(i, v)| format!("{:.0},{:.1}", i as f64 * step, H - 1.0 - v / max * (H - 2.0)))
         .collect();
     format!(
         r##"<svg class="spark" xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}"><polyline points="{}" fill="none" stroke="#1f77b4" stroke-width="1.2"/></svg>"##,
@@ -271,10 +316,16 @@ mod tests {
         let s = flash_map_svg(&m);
         let owners = s.split(r#"<g class="wear""#).next().unwrap();
         assert_eq!(owners.matches("<rect").count(), 3, "{s}");
-        assert!(s.contains("blocks 0..3: vSSD a&lt;b"), "{s}");
+        assert!(s.contains("ch0 0..3: vSSD a&lt;b"), "{s}");
         assert!(s.contains(r#"data-max-erase="9""#));
-        assert_eq!(s.matches("erased up to").count(), 8);
-        assert!(s.contains("erased up to 9 times"));
+        // 4 pixels of 3 bytes per row, padded to 12; a row per channel,
+        // bottom-up: channel 1 first in the file.
+        let bmp = wear_bmp(&m, 9);
+        assert_eq!(bmp.len(), 54 + 12 * 2);
+        assert_eq!(&bmp[54 + 9..54 + 12], &[20, 20, 200]); // most worn: red (BGR)
+        assert_eq!(&bmp[54 + 12..54 + 15], &[120, 235, 255]); // unworn: yellow
+        assert_eq!(base64(b"Ma"), "TWE=");
+        assert_eq!(base64(b"Man"), "TWFu");
     }
 
     #[test]
