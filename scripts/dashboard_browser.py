@@ -29,6 +29,7 @@ const out = {rows: {}, sla: null, flash: {}};
 for (const tr of document.querySelectorAll('#main tr[data-row]')) {
   const kind = tr.dataset.row, key = tr.dataset.key;
   const cells = {};
+  if (tr.dataset.at !== undefined) { cells._at = tr.dataset.at; }
   for (const td of tr.querySelectorAll('[data-f]')) { cells[td.dataset.f] = td.textContent.trim(); }
   (out.rows[kind] = out.rows[kind] || {})[key] = cells;
 }
@@ -43,6 +44,8 @@ if (svg) {
     tenant_curve: t ? t.dataset.points : null,
     points: svg.querySelectorAll('circle.op').length,
     outside: svg.querySelectorAll('circle.op.outside').length,
+    first_at: document.querySelector('#detail [data-f="operating_points"]').dataset.firstAt,
+    last_at: document.querySelector('#detail [data-f="operating_points"]').dataset.lastAt,
   };
 }
 for (const m of document.querySelectorAll('#main svg.flashmap')) {
@@ -77,6 +80,9 @@ def main():
     ap.add_argument("--wear", action="store_true")
     ap.add_argument("--updates", type=int, default=0,
                     help="wait for this many more live updates before reading")
+    ap.add_argument("--watch",
+                    help="ROW:KEY:FIELD: after the first read, print READY to stderr and "
+                         "wait until that cell changes (the caller changes the host meanwhile)")
     ap.add_argument("--screenshot")
     ap.add_argument("--width", type=int, default=1500)
     ap.add_argument("--timeout", type=float, default=60)
@@ -124,10 +130,30 @@ def main():
                         "fetch_ms": float(d.execute_script("return document.body.dataset.fetchMs")),
                         "render_ms": float(d.execute_script("return document.body.dataset.renderMs")),
                     })
+        watch_before = None
+        if a.watch:
+            row, key, field = a.watch.split(":", 2)
+            cell = (f'#main tr[data-row="{row}"][data-key="{key}"] [data-f="{field}"]')
+            text = lambda d: d.execute_script(
+                "const e = document.querySelector(arguments[0]); return e ? e.textContent.trim() : null;",
+                cell)
+            watch_before = text(d)
+            print("READY", file=sys.stderr, flush=True)
+            wait.until(lambda d: text(d) not in (None, watch_before))
+            # One more update, so that every section shows the same moment.
+            n = updates(d)
+            wait.until(lambda d: updates(d) > n)
         out = d.execute_script(EXTRACT)
+        out["watch_before"] = watch_before
         out["timings"] = timings
         out["login_shown"] = login_shown
         if a.screenshot:
+            if a.wear:
+                # The wear layer covers the owners: keep a picture of each.
+                maps = d.find_elements(By.CSS_SELECTOR, "#main .mapwrap")
+                if maps:
+                    maps[0].screenshot(a.screenshot.replace(".png", "-wear.png"))
+                d.find_element(By.ID, "wear-toggle").click()
             h = d.execute_script("return document.body.scrollHeight")
             d.set_window_size(a.width, min(max(h, 600), 4000))
             time.sleep(0.3)

@@ -75,7 +75,7 @@ async fn fragment(
 ) -> Response {
     let q = match q {
         Ok(Query(q)) => q,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("invalid query: {e}")).into_response(),
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("invalid query: {}", e.body_text())).into_response(),
     };
     let k = s.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut snap = s.snap.clone();

@@ -60,7 +60,7 @@ pub fn fmt_rate(r: Option<f64>) -> String {
 }
 
 /// Nanoseconds as µs or ms, for latency percentiles.
-pub(crate) fn fmt_ns(ns: u64) -> String {
+pub fn fmt_ns(ns: u64) -> String {
     if ns < 1_000_000 {
         format!("{:.0} µs", ns as f64 / 1e3)
     } else {

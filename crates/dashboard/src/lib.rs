@@ -26,7 +26,7 @@ pub mod synthetic;
 
 pub use error::DashboardError;
 pub use fleet::{render_fleet, FleetHost};
-pub use format::{fmt_bytes, fmt_num, fmt_rate};
+pub use format::{fmt_bytes, fmt_ns, fmt_num, fmt_rate};
 pub use history::{History, Rate, Sample};
 pub use render::{render_body, Snapshot, View, Viewer, VssdRow};
 pub use svg::{flash_map_svg, owner_colour, sla_svg};

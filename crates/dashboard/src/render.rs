@@ -135,7 +135,7 @@ pub fn render_body(s: &Snapshot, view: &View) -> String {
     vssds(&mut o, s, view);
     detail(&mut o, s, view);
     harvest(&mut o, s, view);
-    events(&mut o, s);
+    events(&mut o, s, view);
     o.push_str("</div>");
     o
 }
@@ -162,7 +162,7 @@ fn flash(o: &mut String, s: &Snapshot, view: &View) {
         let min = m.erase_max.iter().copied().min().unwrap_or(0);
         let _ = write!(
             o,
-            r#"<p class="note">Wear layer: erase counts {min}–{max} (yellow: least, red: most worn).</p><table class="legend"><thead><tr><th></th><th>owner</th><th>kind</th><th>lent to</th><th class="n">cells</th></tr></thead><tbody>"#
+            r#"<p class="note">Wear layer: erase counts {min}–{max} (yellow: least, red: most worn).</p><div class="scroll short"><table class="legend"><thead><tr><th></th><th>owner</th><th>kind</th><th>lent to</th><th class="n">cells</th></tr></thead><tbody>"#
         );
         // Free and unsold first, then the owners with the most cells, at
         // most `rows` of them (every cell's owner is in its tooltip).
@@ -199,7 +199,7 @@ fn flash(o: &mut String, s: &Snapshot, view: &View) {
                 tdn("cells", &fmt_num(ow.cells)),
             );
         }
-        o.push_str("</tbody></table>");
+        o.push_str("</tbody></table></div>");
         if shown < order.len() {
             let _ = write!(
                 o,
@@ -227,9 +227,12 @@ fn vssds(o: &mut String, s: &Snapshot, view: &View) {
         let i = &v.info;
         let r = last(&v.rates);
         let selected = view.vssd.as_deref() == Some(i.name.as_str());
+        // data-at: when the rates shown end (ns on the daemon's clock), to
+        // match them with `GET /v1/vssds/{name}/rates`.
         let _ = write!(
             o,
-            r#"<tr data-row="vssd" data-key="{n}" tabindex="0"{}>"#,
+            r#"<tr data-row="vssd" data-key="{n}" data-at="{}" tabindex="0"{}>"#,
+            r.map_or(0, |r| r.at_ns),
             if selected { r#" class="selected""# } else { "" },
             n = esc(&i.name)
         );
@@ -377,7 +380,9 @@ fn detail(o: &mut String, s: &Snapshot, view: &View) {
         .collect();
     let _ = write!(
         o,
-        r#"<h3>SLA curve and measured operating points</h3><p class="note" data-f="operating_points">{} operating points over the window{}</p>{}"#,
+        r#"<h3>SLA curve and measured operating points</h3><p class="note" data-f="operating_points" data-first-at="{}" data-last-at="{}">{} operating points over the window{}</p>{}"#,
+        row.rates.first().map_or(0, |r| r.at_ns),
+        row.rates.last().map_or(0, |r| r.at_ns),
         points.len(),
         if tenant_curve.is_none() {
             "; no curve of its own"
@@ -522,13 +527,14 @@ fn harvest(o: &mut String, s: &Snapshot, view: &View) {
     o.push_str("</section>");
 }
 
-fn events(o: &mut String, s: &Snapshot) {
+fn events(o: &mut String, s: &Snapshot, view: &View) {
     let _ = write!(
         o,
         r#"<section id="events"><h2>Event log (<span data-f="events_total">{}</span>)</h2><div class="scroll"><table class="events"><thead><tr><th class="n">seq</th><th>at</th><th>kind</th><th class="n">gSSD</th><th>volume</th><th>home</th><th>detail</th></tr></thead><tbody>"#,
         s.events_total
     );
-    for e in s.events.iter().rev() {
+    // Newest first, at most `rows`.
+    for e in s.events.iter().rev().take(view.rows) {
         let _ = write!(o, r#"<tr data-row="event" data-key="{}">"#, e.seq);
         o.push_str(&tdn("seq", &e.seq.to_string()));
         o.push_str(&td("at", &fmt_secs(secs(e.at_ns))));
@@ -543,4 +549,98 @@ fn events(o: &mut String, s: &Snapshot) {
         o.push_str("</tr>");
     }
     o.push_str("</tbody></table></div></section>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synthetic::{snapshot, Shape};
+
+    fn small() -> Snapshot {
+        snapshot(
+            Shape {
+                vssds: 12,
+                gssds: 150,
+                devices: 2,
+                channels: 8,
+                blocks_per_plane: 64,
+                samples: 10,
+            },
+            7,
+            5000,
+        )
+    }
+
+    #[test]
+    fn long_tables_are_capped_and_say_how_many_are_left_out() {
+        let s = small();
+        let html = render_body(&s, &View::parse(None, Some(20), 200).unwrap());
+        assert_eq!(html.matches(r#"data-row="gssd""#).count(), 20);
+        assert!(html.contains("(first 20 of 150; the rest are counted above)"));
+        assert_eq!(html.matches(r#"data-row="event""#).count(), 20);
+        assert!(html.contains(r#"<span data-f="events_total">1000</span>"#));
+        assert_eq!(html.matches(r#"data-row="vssd""#).count(), 12);
+        assert!(html.contains("more owners not listed"), "the legend is capped too");
+    }
+
+    #[test]
+    fn migrations_show_their_progress_and_evictions_their_deadline() {
+        let s = small();
+        let html = render_body(&s, &View::parse(None, None, 200).unwrap());
+        // Synthetic volume of gSSD 1 is a third copied to gSSD 2; gSSD 1's is
+        // also evicted, due 240 s from now.
+        let total = s.gssds.as_ref().unwrap()[0].capacity_bytes;
+        assert!(
+            html.contains(&format!(
+                r#"<progress max="{total}" value="{}"></progress> 33%"#,
+                total / 3
+            )),
+            "{html}"
+        );
+        assert!(html.contains(r#"<td data-f="evict_by_s">5240 (in 4m 00s)</td>"#));
+    }
+
+    #[test]
+    fn a_tenant_page_has_no_host_wide_views_and_text_is_escaped() {
+        let mut s = small();
+        s.viewer = Viewer::Tenant("<b>t</b>".into());
+        s.flash = None;
+        s.gssds = None;
+        s.events[999].detail = "<script>alert(1)</script>".into();
+        let html = render_body(&s, &View::parse(None, None, 200).unwrap());
+        assert!(html.contains("The flash map is host-wide"));
+        assert!(html.contains("The gSSD pool is host-wide"));
+        assert!(!html.contains("<svg class=\"flashmap\""));
+        assert!(!html.contains("<script>") && html.contains("&lt;script&gt;"));
+        assert!(html.contains("tenant &lt;b&gt;t&lt;/b&gt;"));
+    }
+
+    #[test]
+    fn the_detail_view_draws_the_curve_and_one_point_per_interval() {
+        let s = small();
+        let name = s.vssds[0].info.name.clone();
+        let html = render_body(&s, &View::parse(Some(name.clone()), None, 200).unwrap());
+        assert!(html.contains(&format!(r#"<section id="detail" data-vssd="{name}">"#)));
+        assert!(html.contains("10 operating points over the window"));
+        let svg = &html[html.find(r#"<svg class="sla""#).unwrap()..];
+        assert_eq!(svg.matches("<circle class=\"op").count(), 10);
+        assert!(svg.contains("tenant-curve"));
+        // Unknown: said so in the page, no other vSSD's data.
+        let html = render_body(&s, &View::parse(Some("nope".into()), None, 200).unwrap());
+        assert!(html.contains(r#"no vSSD \"nope\" to show in detail"#) || html.contains("no vSSD &quot;nope&quot;"));
+    }
+
+    #[test]
+    fn bad_queries_are_refused_with_the_reason() {
+        assert!(matches!(
+            View::parse(Some("a b".into()), None, 200),
+            Err(DashboardError::BadQuery(m)) if m.contains("not a vSSD name")
+        ));
+        assert!(View::parse(None, Some(0), 200).is_err());
+        assert!(View::parse(None, Some(201), 200).is_err());
+        assert_eq!(
+            View::parse(Some(String::new()), None, 200).unwrap(),
+            View { vssd: None, rows: 200 }
+        );
+    }
 }

@@ -153,7 +153,12 @@ pub(super) async fn get_fragment(
     Caller(p): Caller,
     q: Result<Query<DashQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
-    let Query(q) = q.map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("invalid query: {e}")))?;
+    let Query(q) = q.map_err(|e| {
+        ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("invalid query: {}", e.body_text()),
+        )
+    })?;
     let view = View::parse(q.vssd, q.rows, st.sampler.settings.rows)
         .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))?;
     let st2 = st.clone();
