@@ -271,15 +271,15 @@ fn compare_admin(d: &Daemon, admin: &str, p: &Page) -> Result<(), String> {
             )
         );
         // The rates of the interval the page shows (sampling goes on).
-        let at = p.cell("vssd", n, "_at");
+        let at: u64 = p.cell("vssd", n, "_at").parse().unwrap();
         let rates = get(d, admin, &format!("/v1/vssds/{n}/rates"));
         let last = rates["rates"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|r| r["at_ns"].to_string() == at)
+            .find(|r| r["at_ns"].as_u64() == Some(at))
             .cloned();
-        if at != "0" && last.is_none() {
+        if at != 0 && last.is_none() {
             return Err(format!("{n}: the page shows rates up to {at} ns, the API has none then"));
         }
         same!(
@@ -449,7 +449,7 @@ fn compare_admin(d: &Daemon, admin: &str, p: &Page) -> Result<(), String> {
     for (seq, row) in p.rows("event") {
         let e = events
             .iter()
-            .find(|e| e["seq"].to_string() == seq)
+            .find(|e| e["seq"].as_u64() == seq.parse().ok())
             .ok_or_else(|| format!("event {seq} is on the page, not in the API"))?;
         same!(format!("event {seq} kind"), row["kind"].as_str().unwrap(), e["kind"].as_str().unwrap());
         same!(

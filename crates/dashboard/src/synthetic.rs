@@ -103,7 +103,7 @@ pub fn snapshot(shape: Shape, seed: u64, now_s: u64) -> Snapshot {
         let host = written / 4096;
         let flash = host + host / (2 + rng.below(8) as u64);
         let ftl = FtlStats {
-            capacity_bytes: range as u64 * 4 << 20,
+            capacity_bytes: (range as u64 * 4) << 20,
             host_pages_written: host,
             flash_pages_written: flash,
             gc_runs: rng.below(5000) as u64,
@@ -142,7 +142,7 @@ pub fn snapshot(shape: Shape, seed: u64, now_s: u64) -> Snapshot {
                 }
             })
             .collect();
-        let sla = (i % 3 == 0).then(|| sched::TenantSla {
+        let sla = i.is_multiple_of(3).then(|| sched::TenantSla {
             curve: sla::Curve::new(vec![(0.0, base * 1.5), (base, 0.0)]).ok(),
             weight: 1,
             burst: false,
@@ -179,7 +179,7 @@ pub fn snapshot(shape: Shape, seed: u64, now_s: u64) -> Snapshot {
     for g in 0..shape.gssds {
         let home = g % shape.vssds.max(1);
         let k = (g / shape.vssds.max(1)) as u32;
-        let in_use = g % 3 == 0;
+        let in_use = g.is_multiple_of(3);
         let id = g as u64 + 1;
         if let Some(&(d, ch, first)) = home_extent.get(home) {
             let m = &mut maps[d];
