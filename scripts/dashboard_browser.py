@@ -155,7 +155,7 @@ def main():
                     maps[0].screenshot(a.screenshot.replace(".png", "-wear.png"))
                 d.find_element(By.ID, "wear-toggle").click()
             h = d.execute_script("return document.body.scrollHeight")
-            d.set_window_size(a.width, min(max(h, 600), 4000))
+            d.set_window_size(a.width, min(max(h + 160, 600), 4000))
             time.sleep(0.3)
             d.save_screenshot(a.screenshot)
         json.dump(out, sys.stdout)

@@ -172,10 +172,11 @@ fn snapshot(st: &Shared, m: &HostManager, p: &auth::Principal, view: &View) -> S
     let admin = p.is_admin();
     let mine = owned(st, p);
     let stats = m.stats();
+    let list = m.list();
     let mut rows: Vec<VssdRow> = {
+        // The history's lock after the manager's, never around it.
         let h = st.sampler.history();
-        m.list()
-            .into_iter()
+        list.into_iter()
             .filter(|v| admin || mine.vssds.contains(&v.name))
             .map(|info| VssdRow {
                 stats: stats.vssds.iter().find(|s| s.name == info.name).cloned(),
