@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: installs the real NBD clients and file-system tools the
+# The test command: installs the real NBD clients, file-system tools and the
+# headless browser (chromium, chromium-driver, python3-selenium) the
 # black-box tests drive (when run as root and they are missing), runs clippy
 # with warnings as errors, then runs every test of the workspace. Tests that
 # still lack a tool, root, a loop device or FUSE say why they skip.
@@ -12,7 +13,7 @@ declare -A pkg=(
   [nbdkit]=nbdkit [qemu-img]=qemu-utils [qemu-io]=qemu-utils [mkfs.btrfs]=btrfs-progs
   [mkfs.ext4]=e2fsprogs [fusermount3]=fuse3 [losetup]=mount [python3]=python3
   [openssl]=openssl [pkg-config]=pkg-config [etcd]=etcd-server [etcdctl]=etcd-client
-  [protoc]=protobuf-compiler
+  [protoc]=protobuf-compiler [chromium]=chromium [chromedriver]=chromium-driver
 )
 missing=()
 for cmd in "${!pkg[@]}"; do
@@ -23,6 +24,8 @@ done
 pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
 # The nbd crate's Python-driven TLS test uses the system interpreter's bindings.
 [ -e /usr/lib/python3/dist-packages/nbd.py ] || missing+=(python3-libnbd)
+# The dashboard's browser test drives Chromium with the system Python's selenium.
+[ -d /usr/lib/python3/dist-packages/selenium ] || missing+=(python3-selenium)
 if ((${#missing[@]})); then
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -50,6 +50,17 @@
 //! | `POST /v1/tokens` | make a token (body: `{"tenant", "role"}`); the reply holds it, once; admin only |
 //! | `DELETE /v1/tokens/{id}` | revoke a token; admin only |
 //! | `GET /metrics` | Prometheus / OpenMetrics text (an admin token with `metrics_auth = true`) |
+//! | `GET /dashboard` | the operator dashboard's page (no data, no token: see [`dashboard`](self::dashboard)) |
+//! | `GET /v1/dashboard?vssd=NAME&rows=N` | the dashboard's HTML fragment, filtered for the caller |
+//! | `GET /v1/vssds/{name}/rates` | its rates over the dashboard's window (throughput, IOPS, WA, GC) |
+//! | `GET /v1/devices/{name}/flash` | who owns each block of the device, and its wear (admin) |
+
+mod dashboard;
+pub use self::dashboard::Sampler;
+pub(crate) use self::dashboard::{
+    app_js as dashboard_app_js, fragment as dashboard_fragment, page_response as dashboard_page,
+    style_css as dashboard_style_css,
+};
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -124,6 +135,8 @@ struct AppState {
     metrics_auth: bool,
     /// `[api] max_body_bytes`.
     max_body: usize,
+    /// The dashboard's counter history.
+    sampler: Arc<Sampler>,
 }
 
 type Shared = Arc<AppState>;
@@ -186,8 +199,21 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// The API's router over `mgr`, with the authentication, authorization and
-/// body-size rules of `api`.
+/// body-size rules of `api`, and a dashboard history nobody samples (tests).
+#[cfg(test)]
 pub fn router(mgr: Arc<HostManager>, info: Info, api: &ApiConfig) -> Router {
+    router_with(mgr, info, api, Sampler::new(api.dashboard))
+}
+
+/// The API's router over `mgr`, with the authentication, authorization and
+/// body-size rules of `api`; the dashboard's rates come from `sampler` (the
+/// caller runs it: [`Sampler::spawn`]).
+pub fn router_with(
+    mgr: Arc<HostManager>,
+    info: Info,
+    api: &ApiConfig,
+    sampler: Arc<Sampler>,
+) -> Router {
     let mut metrics = prometheus_client::registry::Registry::default();
     metrics.register_collector(Box::new(crate::metrics::HostCollector::new(mgr.clone())));
     metrics.register_collector(Box::new(crate::metrics::TierCollector::new(mgr.clone())));
@@ -200,8 +226,18 @@ pub fn router(mgr: Arc<HostManager>, info: Info, api: &ApiConfig) -> Router {
         auth: api.auth,
         metrics_auth: api.metrics_need_token(),
         max_body,
+        sampler,
     });
-    Router::new()
+    let mut r = Router::new();
+    if api.dashboard.enabled {
+        r = r
+            .route("/dashboard", get(dashboard::get_page))
+            .route("/dashboard/app.js", get(dashboard::app_js))
+            .route("/dashboard/style.css", get(dashboard::style_css))
+            .route("/v1/dashboard", get(dashboard::get_fragment))
+            .route("/v1/vssds/:name/rates", get(dashboard::get_rates));
+    }
+    r.route("/v1/devices/:name/flash", get(dashboard::get_flash))
         .route("/v1/info", get(get_info))
         .route("/v1/devices", get(list_devices))
         .route("/v1/devices/:name", get(get_device))
@@ -284,6 +320,16 @@ fn unauthorized(message: String, invalid: bool) -> Response {
 /// token unless `metrics_auth`, and then an admin's.
 async fn authenticate(State(st): State<Shared>, mut req: Request, next: Next) -> Response {
     let metrics = req.uri().path() == "/metrics";
+    // The dashboard's page and static files hold no data (its script fetches
+    // the data with the token), and a browser cannot send a token with them.
+    let static_page = matches!(
+        req.uri().path(),
+        "/dashboard" | "/dashboard/app.js" | "/dashboard/style.css"
+    );
+    if static_page {
+        // No principal: these handlers read nothing of the host.
+        return next.run(req).await;
+    }
     if st.auth == ApiAuth::Off || (metrics && !st.metrics_auth) {
         req.extensions_mut()
             .insert(Principal::unauthenticated_admin());

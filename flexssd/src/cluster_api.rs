@@ -175,6 +175,39 @@ async fn h_gssds(
     Ok(Json(st.sched.gssds()))
 }
 
+/// The fleet's dashboard fragment: hosts with their state and links to
+/// their own dashboards (the page at `/dashboard` fetches it with the fleet
+/// token, like the host's page does). The fleet's hosts are for admins.
+async fn h_dashboard(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    let p = match principal(&st, &headers).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    if let Err(e) = require_admin(&p, "see the fleet's dashboard") {
+        return e.into_response();
+    }
+    let hosts: Vec<dashboard::FleetHost> = st
+        .sched
+        .hosts()
+        .into_iter()
+        .map(|h| dashboard::FleetHost {
+            api: h.record.as_ref().map(|r| r.api.clone()),
+            gssds: h.record.as_ref().map_or(0, |r| r.gssds.len()),
+            id: h.id,
+            state: h.state,
+            vssds: h.vssds,
+            booked_channels: h.booked_channels,
+            total_channels: h.total_channels,
+        })
+        .collect();
+    let leader = st
+        .sched
+        .status()
+        .leader
+        .map(|l| format!("{} ({})", l.id, l.api));
+    crate::api::dashboard_fragment(dashboard::render_fleet(&hosts, leader.as_deref()))
+}
+
 async fn h_status(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -473,6 +506,15 @@ pub(crate) fn router(st: AppState) -> Router {
         )
         .route("/v1/tokens", get(h_tokens_list).post(h_token_create))
         .route("/v1/tokens/:id", axum::routing::delete(h_token_revoke))
+        .route("/v1/cluster/dashboard", get(h_dashboard))
+        .route(
+            "/dashboard",
+            get(|| async {
+                crate::api::dashboard_page("flexssd fleet", "/v1/cluster/dashboard", 2000)
+            }),
+        )
+        .route("/dashboard/app.js", get(crate::api::dashboard_app_js))
+        .route("/dashboard/style.css", get(crate::api::dashboard_style_css))
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
         .with_state(st)
 }

@@ -9,6 +9,7 @@ mod api;
 mod client;
 mod cluster_api;
 mod cluster_cmd;
+mod dashboard_cmd;
 mod elastic_cmd;
 mod harvest_cmd;
 mod metrics;
@@ -99,6 +100,9 @@ enum Command {
     Token(token_cmd::TokenArgs),
     /// A fleet of hosts on etcd: run a scheduler, list hosts, fleet status.
     Cluster(cluster_cmd::ClusterArgs),
+    /// The operator dashboard (the daemon serves it at /dashboard): serve it
+    /// over synthetic data to measure it at scale.
+    Dashboard(dashboard_cmd::DashboardArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -313,6 +317,7 @@ fn main() -> ExitCode {
     let serving = match &cli.cmd {
         Command::Serve(_) => true,
         Command::Cluster(a) => a.is_serve(),
+        Command::Dashboard(_) => true,
         _ => false,
     };
     if !serving {
@@ -368,6 +373,7 @@ fn main() -> ExitCode {
             Some(url) => token_cmd::run(a, url),
             None => token_cmd::run(a, &api_url(&a.client)),
         },
+        Command::Dashboard(a) => dashboard_cmd::run(a),
         Command::Config(ConfigCmd::Default) => {
             print!("{}", control::DEFAULT_CONFIG);
             Ok(())

@@ -393,7 +393,22 @@ async fn serve(
         info!("NBD listening on tcp {addr}: nbd://{addr}/default");
     }
     {
-        let app = api::router(mgr.clone(), api::Info::new(cfg, &sock, api_addr), &cfg.api);
+        let sampler = api::Sampler::new(cfg.api.dashboard);
+        if cfg.api.dashboard.enabled {
+            // The dashboard's rates: a sample of every vSSD's counters every
+            // sample_ms, on the manager's clock.
+            let h = sampler.spawn(mgr.clone(), stop_rx.clone());
+            tasks.spawn(async move {
+                let _ = h.await;
+            });
+            info!("dashboard on {}://{api_addr}/dashboard", if api_tls.is_some() { "https" } else { "http" });
+        }
+        let app = api::router_with(
+            mgr.clone(),
+            api::Info::new(cfg, &sock, api_addr),
+            &cfg.api,
+            sampler,
+        );
         let mut rx = stop_rx.clone();
         match api_tls.clone() {
             None => {

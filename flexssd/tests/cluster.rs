@@ -829,6 +829,23 @@ fn host_kill9_is_detected_and_the_host_comes_back_intact() {
         .find(|h| h["id"] == "h2")
         .unwrap();
     assert_eq!(h2["state"], "alive", "{hosts}");
+    // And the fleet's dashboard: h1 lost without a link, h2 alive with a
+    // link to its own dashboard; the page itself needs no token.
+    let (code, page) = http("GET", &format!("{url}/dashboard"), None);
+    assert_eq!(code, 200);
+    assert!(page.as_str().unwrap().contains("/v1/cluster/dashboard"), "{page}");
+    let (code, frag) = http("GET", &format!("{url}/v1/cluster/dashboard"), None);
+    assert_eq!(code, 200, "{frag}");
+    let frag = frag.as_str().unwrap().to_string();
+    assert!(
+        frag.contains(r#"<tr data-row="host" data-key="h1" class="lost">"#),
+        "{frag}"
+    );
+    let h2_api = h2["record"]["api"].as_str().unwrap().trim_end_matches('/');
+    assert!(
+        frag.contains(&format!(r#"href="{h2_api}/dashboard""#)),
+        "{frag}"
+    );
     let events: Value = serde_json::from_str(&f.cli_ok(&url, &["events", "--json"])).unwrap();
     let lost = events
         .as_array()

@@ -38,7 +38,7 @@ mod harvest;
 mod nbd;
 mod tiers;
 mod vssds;
-pub use api::{ApiAuth, ApiConfig};
+pub use api::{ApiAuth, ApiConfig, DashboardSettings};
 pub use cluster::{ClusterSettings, EtcdTls};
 pub use devices::{BackendKind, DeviceConfig, SchedulerSettings};
 pub use harvest::{HarvestSettings, LendPolicyKind, UnsoldPolicyKind};

@@ -34,7 +34,7 @@ pub mod size;
 mod store;
 
 pub use config::{
-    valid_name, ApiAuth, ApiConfig, BackendKind, ClusterSettings, Config, DeviceConfig, EtcdTls,
+    valid_name, ApiAuth, ApiConfig, DashboardSettings, BackendKind, ClusterSettings, Config, DeviceConfig, EtcdTls,
     Mode, NbdConfig, NbdTls, SchedulerSettings, VssdSpec, DEFAULT_CONFIG,
 };
 pub use config::{
@@ -46,7 +46,8 @@ pub use harvester::{
     MigrationInfo, PredictionInfo,
 };
 pub use manager::{
-    channel_list, DeviceInfo, EraseCounts, HostManager, HostStats, VssdInfo, VssdSlaInfo, VssdStats,
+    channel_list, DeviceInfo, EraseCounts, FlashMap, FlashOwner, FlashOwnerKind, HostManager,
+    HostStats, VssdInfo, VssdSlaInfo, VssdStats,
 };
 pub use manager::{TierInfo, TierVolumeIo};
 pub use size::{format_size, parse_size, BlockRange, ByteSize};

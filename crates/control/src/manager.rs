@@ -735,7 +735,9 @@ pub use sla::VssdSlaInfo;
 mod harvest_host;
 mod place;
 mod views;
-pub use views::{DeviceInfo, EraseCounts, HostStats, VssdInfo, VssdStats};
+pub use views::{
+    DeviceInfo, EraseCounts, FlashMap, FlashOwner, FlashOwnerKind, HostStats, VssdInfo, VssdStats,
+};
 
 mod tier;
 pub use self::tier::{TierInfo, TierVolumeIo};

@@ -51,6 +51,95 @@ pub struct ApiConfig {
     /// Largest request body accepted; bigger ones get 413. Default 1 MiB.
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: ByteSize,
+    /// The operator dashboard (`[api.dashboard]`).
+    #[serde(default)]
+    pub dashboard: DashboardSettings,
+}
+
+/// `[api.dashboard]`: the operator dashboard at `/dashboard`.
+///
+/// The daemon samples every vSSD's counters every `sample_ms` and keeps
+/// `window_s` of them, so that the page can show rates (throughput, IOPS,
+/// write amplification, SLA operating points) over the last minutes rather
+/// than totals since the start: counters alone cannot say what happens now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DashboardSettings {
+    /// Serve the dashboard and sample for it. Default `true`.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// How often the counters are sampled, milliseconds. Default 2000.
+    #[serde(default = "default_sample_ms")]
+    pub sample_ms: u64,
+    /// How much history is kept, seconds. Default 300 (five minutes).
+    #[serde(default = "default_window_s")]
+    pub window_s: u64,
+    /// How often the page asks for fresh data, milliseconds. Default 2000.
+    #[serde(default = "default_sample_ms")]
+    pub refresh_ms: u64,
+    /// Most gSSD, harvest-volume and event rows the page lists (the rest are
+    /// counted, not listed). Default 200.
+    #[serde(default = "default_rows")]
+    pub rows: usize,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_sample_ms() -> u64 {
+    2000
+}
+
+fn default_window_s() -> u64 {
+    300
+}
+
+fn default_rows() -> usize {
+    200
+}
+
+impl Default for DashboardSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            sample_ms: default_sample_ms(),
+            window_s: default_window_s(),
+            refresh_ms: default_sample_ms(),
+            rows: default_rows(),
+        }
+    }
+}
+
+impl DashboardSettings {
+    /// Checks what the types alone cannot; the message names the key.
+    fn validate(&self) -> Result<(), String> {
+        if !(100..=3_600_000).contains(&self.sample_ms) {
+            return Err(format!(
+                "[api.dashboard] sample_ms = {} is out of range: 100 to 3600000",
+                self.sample_ms
+            ));
+        }
+        if !(250..=3_600_000).contains(&self.refresh_ms) {
+            return Err(format!(
+                "[api.dashboard] refresh_ms = {} is out of range: 250 to 3600000",
+                self.refresh_ms
+            ));
+        }
+        if self.window_s * 1000 < 2 * self.sample_ms || self.window_s > 86_400 {
+            return Err(format!(
+                "[api.dashboard] window_s = {} must hold at least two samples of sample_ms = {} and be at most 86400",
+                self.window_s, self.sample_ms
+            ));
+        }
+        if !(1..=100_000).contains(&self.rows) {
+            return Err(format!(
+                "[api.dashboard] rows = {} is out of range: 1 to 100000",
+                self.rows
+            ));
+        }
+        Ok(())
+    }
 }
 
 fn default_api_listen() -> SocketAddr {
@@ -70,6 +159,7 @@ impl Default for ApiConfig {
             tls_key: None,
             metrics_auth: None,
             max_body_bytes: default_max_body_bytes(),
+            dashboard: DashboardSettings::default(),
         }
     }
 }
@@ -115,7 +205,7 @@ impl ApiConfig {
                 self.max_body_bytes.0
             ));
         }
-        Ok(())
+        self.dashboard.validate()
     }
 }
 

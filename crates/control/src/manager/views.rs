@@ -97,6 +97,68 @@ pub struct DeviceInfo {
     pub stats: DeviceStats,
 }
 
+/// Whose a cell of the flash map is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FlashOwnerKind {
+    /// Not owned, on a channel some vSSD bought.
+    Free,
+    /// Not owned, on a channel no vSSD bought.
+    Unsold,
+    /// A regular tenant's vSSD.
+    Vssd,
+    /// A harvest tenant's own vSSD.
+    Harvest,
+    /// A gSSD: flash lent by a regular vSSD (`home`) or unsold channels.
+    Gssd,
+}
+
+/// One owner in a [`FlashMap`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlashOwner {
+    /// What kind of owner.
+    pub kind: FlashOwnerKind,
+    /// vSSD name (for a gSSD, its hidden vSSD); absent for free and unsold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The tenant that owns the vSSD, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// gSSD id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gssd: Option<u64>,
+    /// A gSSD's lender: the regular vSSD whose blocks it is (absent: unsold).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
+    /// Cells (block indexes of a channel) this owner has on the device.
+    pub cells: u64,
+}
+
+/// `GET /v1/devices/{name}/flash`: who owns each block and how worn it is.
+///
+/// A vSSD owns the same block indexes on every die and plane of its channels
+/// (an [`Extent`]), so one cell is one block index of one channel, over all
+/// of the channel's dies and planes: `channels × blocks_per_plane` cells,
+/// row-major by channel. That keeps the map as small as the allocation's own
+/// granularity, and exact: no cell is shared by two owners.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlashMap {
+    /// Device name.
+    pub device: String,
+    /// Rows of the map.
+    pub channels: u32,
+    /// Columns of the map.
+    pub blocks_per_plane: u32,
+    /// Flash blocks behind one cell (dies per channel × planes per die).
+    pub blocks_per_cell: u32,
+    /// Owners; index 0 is free, 1 unsold, the rest vSSDs and gSSDs by name.
+    pub owners: Vec<FlashOwner>,
+    /// Owner index of each cell, `channel * blocks_per_plane + block`.
+    pub cells: Vec<u32>,
+    /// Highest erase count among each cell's blocks, same order.
+    pub erase_max: Vec<u32>,
+}
+
 /// Everything `GET /v1/stats` reports.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HostStats {
@@ -231,6 +293,103 @@ impl HostManager {
         let st = self.state.read();
         let d = st.device(name)?;
         Ok(Self::device_info(&st, d))
+    }
+
+    /// Who owns each block of a device and its wear (see [`FlashMap`]). Reads
+    /// the erase counters under the map lock's read side, like [`Self::device`].
+    pub fn flash_map(&self, name: &str) -> Result<FlashMap> {
+        let st = self.state.read();
+        let d = st.device(name)?;
+        let geo = d.rec.geometry;
+        let (channels, bpp) = (geo.channels, geo.blocks_per_plane);
+        let per_cell = geo.dies_per_channel * geo.planes_per_die;
+        let mut owners = vec![
+            FlashOwner {
+                kind: FlashOwnerKind::Free,
+                name: None,
+                tenant: None,
+                gssd: None,
+                home: None,
+                cells: 0,
+            },
+            FlashOwner {
+                kind: FlashOwnerKind::Unsold,
+                name: None,
+                tenant: None,
+                gssd: None,
+                home: None,
+                cells: 0,
+            },
+        ];
+        let ncells = channels as usize * bpp as usize;
+        let mut cells = vec![u32::MAX; ncells];
+        let mut sold = vec![false; channels as usize];
+        // Regular and harvest vSSDs first, gSSDs after: a lender's extents
+        // still hold the blocks it lends, and the map shows who has them now.
+        let mut entries: Vec<&VssdEntry> = st
+            .vssds
+            .values()
+            .filter(|v| v.rec.device == d.rec.name)
+            .collect();
+        entries.sort_by_key(|v| matches!(v.rec.kind, crate::store::TenantKind::Ghost(_)));
+        for v in entries {
+            let (kind, gssd, home) = match &v.rec.kind {
+                crate::store::TenantKind::Regular => (FlashOwnerKind::Vssd, None, None),
+                crate::store::TenantKind::Harvest => (FlashOwnerKind::Harvest, None, None),
+                crate::store::TenantKind::Ghost(g) => {
+                    (FlashOwnerKind::Gssd, Some(g.gssd), g.home.clone())
+                }
+            };
+            let idx = owners.len() as u32;
+            for e in &v.rec.extents {
+                if e.channel >= channels {
+                    continue;
+                }
+                if kind != FlashOwnerKind::Gssd {
+                    sold[e.channel as usize] = true;
+                }
+                let row = e.channel as usize * bpp as usize;
+                for b in e.first_block..(e.first_block + e.blocks).min(bpp) {
+                    cells[row + b as usize] = idx;
+                }
+            }
+            owners.push(FlashOwner {
+                kind,
+                name: Some(v.rec.name.clone()),
+                tenant: v.rec.tenant.clone(),
+                gssd,
+                home,
+                cells: 0,
+            });
+        }
+        let mut erase_max = vec![0u32; ncells];
+        for c in 0..channels {
+            for b in 0..bpp {
+                let mut m = 0;
+                for die in 0..geo.dies_per_channel {
+                    for plane in 0..geo.planes_per_die {
+                        m = m.max(d.dev.erase_count(geo.block_id(c, die, plane, b)));
+                    }
+                }
+                erase_max[c as usize * bpp as usize + b as usize] = m;
+            }
+        }
+        // Counted once every owner has its cells: a gSSD takes its lender's.
+        for (i, cell) in cells.iter_mut().enumerate() {
+            if *cell == u32::MAX {
+                *cell = if sold[i / bpp as usize] { 0 } else { 1 };
+            }
+            owners[*cell as usize].cells += 1;
+        }
+        Ok(FlashMap {
+            device: d.rec.name.clone(),
+            channels,
+            blocks_per_plane: bpp,
+            blocks_per_cell: per_cell,
+            owners,
+            cells,
+            erase_max,
+        })
     }
 
     /// The flash device of that name (for tests and tools).
