@@ -109,6 +109,32 @@ fn require_admin(p: &Principal, what: &str) -> Result<(), FleetError> {
     }
 }
 
+/// A JSON body, or 400 naming what it should have been.
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, FleetError> {
+    serde_json::from_slice(body)
+        .map_err(|e| FleetError(StatusCode::BAD_REQUEST, format!("invalid {what}: {e}")))
+}
+
+/// The reply to a change. `res` is the refusal of the checks made here, or
+/// the scheduler's answer: `ok` with its value, or, when this scheduler is a
+/// follower, the active one's reply to the same request, forwarded with the
+/// client's own credentials (which the active one checks again).
+async fn reply<T: serde::Serialize>(
+    st: &AppState,
+    res: Result<Result<T, ClusterError>, FleetError>,
+    ok: StatusCode,
+    method: Method,
+    path: &str,
+    headers: &HeaderMap,
+    body: Option<Bytes>,
+) -> Response {
+    match res {
+        Err(refused) => refused.into_response(),
+        Ok(Ok(v)) => (ok, Json(v)).into_response(),
+        Ok(Err(e)) => forward(st, method, path.to_string(), headers, body, e).await,
+    }
+}
+
 /// A change this scheduler cannot make: send it to the active one.
 async fn forward(
     st: &AppState,
@@ -237,40 +263,28 @@ async fn h_list(
 }
 
 async fn h_create(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let p = match principal(&st, &headers).await {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
-    let mut req: CreateRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => {
-            return FleetError(
-                StatusCode::BAD_REQUEST,
-                format!("invalid vSSD request: {e}"),
-            )
-            .into_response()
+    let res = async {
+        let p = principal(&st, &headers).await?;
+        let mut req: CreateRequest = parse(&body, "vSSD request")?;
+        if !p.is_admin() {
+            if req.tenant.is_some() && req.tenant != p.tenant {
+                return Err(forbidden(&p, "create a vSSD for another tenant"));
+            }
+            req.tenant.clone_from(&p.tenant);
         }
-    };
-    if !p.is_admin() {
-        if req.tenant.is_some() && req.tenant != p.tenant {
-            return forbidden(&p, "create a vSSD for another tenant").into_response();
-        }
-        req.tenant.clone_from(&p.tenant);
+        Ok(st.sched.create(&req).await)
     }
-    match st.sched.create(&req).await {
-        Ok(v) => (StatusCode::CREATED, Json(v)).into_response(),
-        Err(e) => {
-            forward(
-                &st,
-                Method::POST,
-                "/v1/vssds".into(),
-                &headers,
-                Some(body),
-                e,
-            )
-            .await
-        }
-    }
+    .await;
+    reply(
+        &st,
+        res,
+        StatusCode::CREATED,
+        Method::POST,
+        "/v1/vssds",
+        &headers,
+        Some(body),
+    )
+    .await
 }
 
 async fn h_show(
@@ -291,33 +305,29 @@ async fn h_delete(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Response {
-    let p = match principal(&st, &headers).await {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
-    if !p.is_admin() {
-        match st.sched.show(&name).await {
-            Ok(v) if !p.owns(v.vssd.tenant.as_deref()) => {
-                return forbidden(&p, &format!("delete vSSD {name:?}")).into_response()
-            }
-            Ok(_) => {}
-            Err(e) => return FleetError::from(e).into_response(),
+    let res = async {
+        let p = principal(&st, &headers).await?;
+        if !p.is_admin() && !p.owns(st.sched.show(&name).await?.vssd.tenant.as_deref()) {
+            return Err(forbidden(&p, &format!("delete vSSD {name:?}")));
         }
-    }
-    match st.sched.delete(&name).await {
-        Ok(()) => Json(serde_json::json!({ "deleted": name })).into_response(),
-        Err(e) => {
-            forward(
-                &st,
-                Method::DELETE,
-                format!("/v1/vssds/{name}"),
-                &headers,
-                None,
-                e,
-            )
+        Ok(st
+            .sched
+            .delete(&name)
             .await
-        }
+            .map(|()| serde_json::json!({ "deleted": name })))
     }
+    .await;
+    let path = format!("/v1/vssds/{name}");
+    reply(
+        &st,
+        res,
+        StatusCode::OK,
+        Method::DELETE,
+        &path,
+        &headers,
+        None,
+    )
+    .await
 }
 
 async fn h_harvest_list(
@@ -348,44 +358,32 @@ async fn h_harvest_request(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let p = match principal(&st, &headers).await {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
-    let req: control::HarvestRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => {
-            return FleetError(
-                StatusCode::BAD_REQUEST,
-                format!("invalid harvest request: {e}"),
-            )
-            .into_response()
-        }
-    };
-    if !p.is_admin() {
-        // The tenant's own harvest tenant only; an unknown one gets the
-        // scheduler's 404.
-        if let Ok(t) = st.sched.show(&req.tenant).await {
-            if !p.owns(t.vssd.tenant.as_deref()) {
-                return forbidden(&p, &format!("harvest for vSSD {:?}", req.tenant))
-                    .into_response();
+    let res = async {
+        let p = principal(&st, &headers).await?;
+        let req: control::HarvestRequest = parse(&body, "harvest request")?;
+        if !p.is_admin() {
+            // The tenant's own harvest tenant only; an unknown one gets the
+            // scheduler's 404.
+            if let Ok(t) = st.sched.show(&req.tenant).await {
+                if !p.owns(t.vssd.tenant.as_deref()) {
+                    return Err(forbidden(&p, &format!("harvest for vSSD {:?}", req.tenant)));
+                }
             }
         }
+        Ok(st.sched.harvest_request(&req).await)
     }
-    match st.sched.harvest_request(&req).await {
-        Ok(v) => (StatusCode::CREATED, Json(v)).into_response(),
-        Err(e) => {
-            forward(
-                &st,
-                Method::POST,
-                "/v1/harvest/volumes".into(),
-                &headers,
-                Some(body),
-                e,
-            )
-            .await
-        }
-    }
+    .await;
+    let path = "/v1/harvest/volumes";
+    reply(
+        &st,
+        res,
+        StatusCode::CREATED,
+        Method::POST,
+        path,
+        &headers,
+        Some(body),
+    )
+    .await
 }
 
 async fn h_harvest_release(
@@ -393,33 +391,29 @@ async fn h_harvest_release(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Response {
-    let p = match principal(&st, &headers).await {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
-    if !p.is_admin() {
-        match st.sched.harvest_show(&name).await {
-            Ok(v) if !p.owns(v.volume.owner.as_deref()) => {
-                return forbidden(&p, &format!("release harvest volume {name:?}")).into_response()
-            }
-            Ok(_) => {}
-            Err(e) => return FleetError::from(e).into_response(),
+    let res = async {
+        let p = principal(&st, &headers).await?;
+        if !p.is_admin() && !p.owns(st.sched.harvest_show(&name).await?.volume.owner.as_deref()) {
+            return Err(forbidden(&p, &format!("release harvest volume {name:?}")));
         }
-    }
-    match st.sched.harvest_release(&name).await {
-        Ok(()) => Json(serde_json::json!({ "released": name })).into_response(),
-        Err(e) => {
-            forward(
-                &st,
-                Method::DELETE,
-                format!("/v1/harvest/volumes/{name}"),
-                &headers,
-                None,
-                e,
-            )
+        Ok(st
+            .sched
+            .harvest_release(&name)
             .await
-        }
+            .map(|()| serde_json::json!({ "released": name })))
     }
+    .await;
+    let path = format!("/v1/harvest/volumes/{name}");
+    reply(
+        &st,
+        res,
+        StatusCode::OK,
+        Method::DELETE,
+        &path,
+        &headers,
+        None,
+    )
+    .await
 }
 
 #[derive(Deserialize)]

@@ -75,7 +75,13 @@ async fn fragment(
 ) -> Response {
     let q = match q {
         Ok(Query(q)) => q,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("invalid query: {}", e.body_text())).into_response(),
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("invalid query: {}", e.body_text()),
+            )
+                .into_response()
+        }
     };
     let k = s.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut snap = s.snap.clone();
@@ -124,15 +130,18 @@ pub fn run(a: &DashboardArgs) -> Result<()> {
         .build()
         .context("starting tokio")?;
     rt.block_on(async move {
-        let app = Router::new()
-            .route(
-                "/dashboard",
-                get(move || async move { crate::api::dashboard_page(&title, "/v1/dashboard", 2000) }),
-            )
-            .route("/dashboard/app.js", get(crate::api::dashboard_app_js))
-            .route("/dashboard/style.css", get(crate::api::dashboard_style_css))
-            .route("/v1/dashboard", get(fragment))
-            .with_state(st);
+        let app =
+            Router::new()
+                .route(
+                    "/dashboard",
+                    get(move || async move {
+                        crate::api::dashboard_page(&title, "/v1/dashboard", 2000)
+                    }),
+                )
+                .route("/dashboard/app.js", get(crate::api::dashboard_app_js))
+                .route("/dashboard/style.css", get(crate::api::dashboard_style_css))
+                .route("/v1/dashboard", get(fragment))
+                .with_state(st);
         let l = tokio::net::TcpListener::bind(a.listen)
             .await
             .with_context(|| format!("binding {}", a.listen))?;

@@ -401,7 +401,10 @@ async fn serve(
             tasks.spawn(async move {
                 let _ = h.await;
             });
-            info!("dashboard on {}://{api_addr}/dashboard", if api_tls.is_some() { "https" } else { "http" });
+            info!(
+                "dashboard on {}://{api_addr}/dashboard",
+                if api_tls.is_some() { "https" } else { "http" }
+            );
         }
         let app = api::router_with(
             mgr.clone(),

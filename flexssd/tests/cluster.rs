@@ -833,7 +833,10 @@ fn host_kill9_is_detected_and_the_host_comes_back_intact() {
     // link to its own dashboard; the page itself needs no token.
     let (code, page) = http("GET", &format!("{url}/dashboard"), None);
     assert_eq!(code, 200);
-    assert!(page.as_str().unwrap().contains("/v1/cluster/dashboard"), "{page}");
+    assert!(
+        page.as_str().unwrap().contains("/v1/cluster/dashboard"),
+        "{page}"
+    );
     let (code, frag) = http("GET", &format!("{url}/v1/cluster/dashboard"), None);
     assert_eq!(code, 200, "{frag}");
     let frag = frag.as_str().unwrap().to_string();

@@ -150,12 +150,7 @@ impl Page {
 
 /// Runs the browser script; with `watch`, calls `meanwhile` once the page has
 /// been read once (the script waits for the watched cell to change).
-fn browse(
-    d: &Daemon,
-    token: &str,
-    args: &[&str],
-    watch: Option<(&str, &dyn Fn())>,
-) -> Page {
+fn browse(d: &Daemon, token: &str, args: &[&str], watch: Option<(&str, &dyn Fn())>) -> Page {
     let tf = d.path().join(format!("token-{}", &token[..12]));
     std::fs::write(&tf, token).unwrap();
     let mut c = Command::new("timeout");
@@ -280,7 +275,9 @@ fn compare_admin(d: &Daemon, admin: &str, p: &Page) -> Result<(), String> {
             .find(|r| r["at_ns"].as_u64() == Some(at))
             .cloned();
         if at != 0 && last.is_none() {
-            return Err(format!("{n}: the page shows rates up to {at} ns, the API has none then"));
+            return Err(format!(
+                "{n}: the page shows rates up to {at} ns, the API has none then"
+            ));
         }
         same!(
             format!("{n} write IOPS"),
@@ -327,12 +324,23 @@ fn compare_admin(d: &Daemon, admin: &str, p: &Page) -> Result<(), String> {
         .collect();
     same!(
         "b SLA curve",
-        p.0["sla"]["tenant_curve"].as_str().unwrap_or("").to_string(),
+        p.0["sla"]["tenant_curve"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
         curve.join(",")
     );
     let (first_at, last_at) = (
-        p.0["sla"]["first_at"].as_str().unwrap().parse::<u64>().unwrap(),
-        p.0["sla"]["last_at"].as_str().unwrap().parse::<u64>().unwrap(),
+        p.0["sla"]["first_at"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap(),
+        p.0["sla"]["last_at"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap(),
     );
     let rates_b = get(d, admin, "/v1/vssds/b/rates")["rates"]
         .as_array()
@@ -373,7 +381,10 @@ fn compare_admin(d: &Daemon, admin: &str, p: &Page) -> Result<(), String> {
         .unwrap();
     same!(
         "the wear layer's top",
-        p.0["flash"]["ssd0"]["max_erase"].as_str().unwrap_or("").to_string(),
+        p.0["flash"]["ssd0"]["max_erase"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
         max.to_string()
     );
     // The gSSD pool.
@@ -415,7 +426,11 @@ fn compare_admin(d: &Daemon, admin: &str, p: &Page) -> Result<(), String> {
     );
     // The harvest volume, its migrations and eviction deadline.
     let v = get(d, admin, "/v1/harvest/volumes/v");
-    same!("volume state", p.cell("volume", "v", "state"), v["state"].as_str().unwrap().to_string());
+    same!(
+        "volume state",
+        p.cell("volume", "v", "state"),
+        v["state"].as_str().unwrap().to_string()
+    );
     same!(
         "volume size",
         p.cell("volume", "v", "size_bytes"),
@@ -427,11 +442,21 @@ fn compare_admin(d: &Daemon, admin: &str, p: &Page) -> Result<(), String> {
         .iter()
         .map(|s| s["gssd"].to_string())
         .collect();
-    same!("volume gSSDs", p.cell("volume", "v", "gssds"), segs.join(", "));
+    same!(
+        "volume gSSDs",
+        p.cell("volume", "v", "gssds"),
+        segs.join(", ")
+    );
     same!(
         "volume eviction deadline",
-        p.cell("volume", "v", "evict_by_s").split(' ').next().unwrap_or("").to_string(),
-        v["evict_by_s"].as_u64().map_or(String::new(), |e| e.to_string())
+        p.cell("volume", "v", "evict_by_s")
+            .split(' ')
+            .next()
+            .unwrap_or("")
+            .to_string(),
+        v["evict_by_s"]
+            .as_u64()
+            .map_or(String::new(), |e| e.to_string())
     );
     same!(
         "migrations in progress",
@@ -451,7 +476,11 @@ fn compare_admin(d: &Daemon, admin: &str, p: &Page) -> Result<(), String> {
             .iter()
             .find(|e| e["seq"].as_u64() == seq.parse().ok())
             .ok_or_else(|| format!("event {seq} is on the page, not in the API"))?;
-        same!(format!("event {seq} kind"), row["kind"].as_str().unwrap(), e["kind"].as_str().unwrap());
+        same!(
+            format!("event {seq} kind"),
+            row["kind"].as_str().unwrap(),
+            e["kind"].as_str().unwrap()
+        );
         same!(
             format!("event {seq} detail"),
             row["detail"].as_str().unwrap(),
@@ -469,7 +498,10 @@ fn the_dashboard_shows_what_the_api_says_live_and_only_to_whom_it_may() {
     }
     require!(have("fio"), "fio is not installed");
     let d = Daemon::start_api(HOST, API, None, "", &[]);
-    let admin = d.token.clone().expect("auth is on: the daemon wrote an admin token");
+    let admin = d
+        .token
+        .clone()
+        .expect("auth is on: the daemon wrote an admin token");
     let token = |tenant: &str| {
         let (code, v) = http(&d, "POST", "/v1/tokens", Some(json!({"tenant": tenant})));
         assert_eq!(code, 201, "{v}");
@@ -519,7 +551,14 @@ fn the_dashboard_shows_what_the_api_says_live_and_only_to_whom_it_may() {
     fio(
         &d,
         "b",
-        &["--rw=randrw", "--bs=4k", "--size=8m", "--rate_iops=800,400", "--runtime=3", "--time_based"],
+        &[
+            "--rw=randrw",
+            "--bs=4k",
+            "--size=8m",
+            "--rate_iops=800,400",
+            "--runtime=3",
+            "--time_based",
+        ],
     );
     wait_for("b's rates", Duration::from_secs(10), || {
         get(&d, &admin, "/v1/vssds/b/rates")["rates"]
@@ -543,7 +582,13 @@ fn the_dashboard_shows_what_the_api_says_live_and_only_to_whom_it_may() {
     let before = get(&d, &admin, "/v1/vssds/b")["stats"]["io"]["write_bytes"]
         .as_u64()
         .unwrap();
-    let write_b = || fio(&d, "b", &["--rw=write", "--bs=64k", "--size=3m", "--offset=8m"]);
+    let write_b = || {
+        fio(
+            &d,
+            "b",
+            &["--rw=write", "--bs=64k", "--size=3m", "--offset=8m"],
+        )
+    };
     let mut last_err = String::new();
     let mut ok = false;
     for attempt in 0..3 {
@@ -554,7 +599,10 @@ fn the_dashboard_shows_what_the_api_says_live_and_only_to_whom_it_may() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let page = if attempt == 0 {
             let p = browse(&d, &admin, &args, Some(("vssd:b:write_bytes", &write_b)));
-            assert!(p.0["login_shown"] == true, "auth is on: the page must ask for a token");
+            assert!(
+                p.0["login_shown"] == true,
+                "auth is on: the page must ask for a token"
+            );
             assert_eq!(
                 p.0["watch_before"].as_str().unwrap(),
                 fmt_bytes(before),
@@ -564,7 +612,10 @@ fn the_dashboard_shows_what_the_api_says_live_and_only_to_whom_it_may() {
         } else {
             browse(&d, &admin, &args, None)
         };
-        assert_eq!(page.0["flash"]["ssd0"]["wear_visible"], true, "the wear toggle shows the layer");
+        assert_eq!(
+            page.0["flash"]["ssd0"]["wear_visible"], true,
+            "the wear toggle shows the layer"
+        );
         assert!(page.0["flash"]["ssd0"]["owner_rects"].as_u64().unwrap() >= 8);
         match compare_admin(&d, &admin, &page) {
             Ok(()) => {
@@ -583,7 +634,11 @@ fn the_dashboard_shows_what_the_api_says_live_and_only_to_whom_it_may() {
     let after = get(&d, &admin, "/v1/vssds/b")["stats"]["io"]["write_bytes"]
         .as_u64()
         .unwrap();
-    assert_eq!(after, before + (3 << 20), "b took the write made while the page was open");
+    assert_eq!(
+        after,
+        before + (3 << 20),
+        "b took the write made while the page was open"
+    );
 
     // alice sees her vSSDs and volume, nothing of bob's, and no host-wide view.
     let tenant_shot = shot("dashboard-tenant.png");
@@ -593,14 +648,22 @@ fn the_dashboard_shows_what_the_api_says_live_and_only_to_whom_it_may() {
     assert_eq!(keys, ["a", "hv"], "alice's vSSDs");
     assert_eq!(page.rows("volume").keys().collect::<Vec<_>>(), ["v"]);
     let html = page.0["html"].as_str().unwrap();
-    assert!(!html.contains("bob") && !html.contains(r#"data-key="b""#), "alice's page shows bob's: {html}");
+    assert!(
+        !html.contains("bob") && !html.contains(r#"data-key="b""#),
+        "alice's page shows bob's: {html}"
+    );
     assert!(page.rows("gssd").is_empty() && page.0["flash"].as_object().unwrap().is_empty());
     assert!(html.contains("The flash map is host-wide: an admin token sees it."));
     let mine = get(&d, &alice, "/v1/events").as_array().unwrap().len();
     assert_eq!(page.0["events_total"].as_str().unwrap(), mine.to_string());
-    assert_eq!(page.cell("vssd", "a", "write_bytes"), fmt_bytes(
-        get(&d, &alice, "/v1/vssds/a")["stats"]["io"]["write_bytes"].as_u64().unwrap()
-    ));
+    assert_eq!(
+        page.cell("vssd", "a", "write_bytes"),
+        fmt_bytes(
+            get(&d, &alice, "/v1/vssds/a")["stats"]["io"]["write_bytes"]
+                .as_u64()
+                .unwrap()
+        )
+    );
 
     // bob sees b only, and no harvest volume.
     let page = browse(&d, &bob, &[], None);
@@ -619,14 +682,28 @@ fn the_page_needs_no_token_but_its_data_does_and_bad_queries_say_why() {
         ("/dashboard/style.css", "text/css"),
     ] {
         let r = d.request_as(None, "GET", path).call().unwrap();
-        assert!(r.content_type().starts_with(ty), "{path}: {}", r.content_type());
-        let csp = r.header("content-security-policy").unwrap_or("").to_string();
+        assert!(
+            r.content_type().starts_with(ty),
+            "{path}: {}",
+            r.content_type()
+        );
+        let csp = r
+            .header("content-security-policy")
+            .unwrap_or("")
+            .to_string();
         assert!(csp.contains("script-src 'self'"), "{path}: {csp}");
         let body = r.into_string().unwrap();
-        assert!(!body.contains("alice") && !body.contains("fxs_"), "{path} leaks: {body}");
+        assert!(
+            !body.contains("alice") && !body.contains("fxs_"),
+            "{path} leaks: {body}"
+        );
     }
     // The fragment, the rates and the flash map need one.
-    for path in ["/v1/dashboard", "/v1/vssds/a/rates", "/v1/devices/ssd0/flash"] {
+    for path in [
+        "/v1/dashboard",
+        "/v1/vssds/a/rates",
+        "/v1/devices/ssd0/flash",
+    ] {
         let (code, v) = http_as(&d, None, "GET", path, None);
         assert_eq!(code, 401, "{path}: {v}");
     }
@@ -644,7 +721,9 @@ fn the_page_needs_no_token_but_its_data_does_and_bad_queries_say_why() {
         ("?vssd=a%20b", "not a vSSD name"),
         ("?colour=red", "unknown field"),
     ] {
-        let r = d.request_as(Some(&admin), "GET", &format!("/v1/dashboard{q}")).call();
+        let r = d
+            .request_as(Some(&admin), "GET", &format!("/v1/dashboard{q}"))
+            .call();
         let Err(ureq::Error::Status(code, resp)) = r else {
             panic!("{q} was accepted");
         };

@@ -34,8 +34,8 @@ pub mod size;
 mod store;
 
 pub use config::{
-    valid_name, ApiAuth, ApiConfig, DashboardSettings, BackendKind, ClusterSettings, Config, DeviceConfig, EtcdTls,
-    Mode, NbdConfig, NbdTls, SchedulerSettings, VssdSpec, DEFAULT_CONFIG,
+    valid_name, ApiAuth, ApiConfig, BackendKind, ClusterSettings, Config, DashboardSettings,
+    DeviceConfig, EtcdTls, Mode, NbdConfig, NbdTls, SchedulerSettings, VssdSpec, DEFAULT_CONFIG,
 };
 pub use config::{
     HarvestSettings, LendPolicyKind, TenantRole, TierSpec, TierVolumeSpec, UnsoldPolicyKind,

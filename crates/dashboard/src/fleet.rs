@@ -30,7 +30,9 @@ pub struct FleetHost {
 /// would run.
 fn linkable(url: &str) -> bool {
     (url.starts_with("http://") || url.starts_with("https://"))
-        && !url.chars().any(|c| c.is_whitespace() || c == '"' || c == '<')
+        && !url
+            .chars()
+            .any(|c| c.is_whitespace() || c == '"' || c == '<')
 }
 
 /// The fleet's fragment: a summary and a table of hosts.
@@ -107,7 +109,10 @@ mod tests {
             },
         ];
         let s = render_fleet(&hosts, Some("http://10.0.0.9:8750"));
-        assert!(s.contains(r#"href="http://10.0.0.1:8740/dashboard""#), "{s}");
+        assert!(
+            s.contains(r#"href="http://10.0.0.1:8740/dashboard""#),
+            "{s}"
+        );
         assert!(s.contains("3 hosts, 2 alive, 1 lost"), "{s}");
         assert!(!s.contains("javascript:"), "{s}");
         assert!(s.contains(r#"<span class="badge lost">lost</span>"#));

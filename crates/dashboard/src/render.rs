@@ -169,7 +169,13 @@ fn flash(o: &mut String, s: &Snapshot, view: &View) {
         let mut order: Vec<usize> = (0..m.owners.len())
             .filter(|&i| m.owners[i].cells > 0 || m.owners[i].name.is_some())
             .collect();
-        order.sort_by_key(|&i| (m.owners[i].name.is_some(), std::cmp::Reverse(m.owners[i].cells), i));
+        order.sort_by_key(|&i| {
+            (
+                m.owners[i].name.is_some(),
+                std::cmp::Reverse(m.owners[i].cells),
+                i,
+            )
+        });
         let shown = order.len().min(view.rows);
         for &i in &order[..shown] {
             let ow = &m.owners[i];
@@ -252,11 +258,15 @@ fn vssds(o: &mut String, s: &Snapshot, view: &View) {
         o.push_str(&tdn("write_iops", &fmt_rate(r.map(|r| r.write_iops))));
         o.push_str(&tdn(
             "read_bps",
-            &r.map_or("—".into(), |r| format!("{}/s", fmt_bytes(r.read_bps as u64))),
+            &r.map_or("—".into(), |r| {
+                format!("{}/s", fmt_bytes(r.read_bps as u64))
+            }),
         ));
         o.push_str(&tdn(
             "write_bps",
-            &r.map_or("—".into(), |r| format!("{}/s", fmt_bytes(r.write_bps as u64))),
+            &r.map_or("—".into(), |r| {
+                format!("{}/s", fmt_bytes(r.write_bps as u64))
+            }),
         ));
         match &v.stats {
             Some(st) => {
@@ -305,11 +315,7 @@ fn vssds(o: &mut String, s: &Snapshot, view: &View) {
             None => "—".into(),
         };
         o.push_str(&td("sla", &sla));
-        let iops: Vec<f64> = v
-            .rates
-            .iter()
-            .map(|r| r.read_iops + r.write_iops)
-            .collect();
+        let iops: Vec<f64> = v.rates.iter().map(|r| r.read_iops + r.write_iops).collect();
         let _ = write!(o, "<td>{}</td></tr>", sparkline(&iops));
     }
     o.push_str("</tbody></table></div></section>");
@@ -334,8 +340,14 @@ fn detail(o: &mut String, s: &Snapshot, view: &View) {
     );
     if let Some(st) = &row.stats {
         o.push_str(r#"<h3>Modelled latency (since the last reset)</h3><table><thead><tr><th></th><th class="n">count</th><th class="n">p50</th><th class="n">p95</th><th class="n">p99</th><th class="n">p99.9</th><th class="n">max</th></tr></thead><tbody>"#);
-        for (dir, l) in [("read", &st.io.read_latency), ("write", &st.io.write_latency)] {
-            let _ = write!(o, r#"<tr data-row="latency" data-key="{dir}"><th>{dir}</th>"#);
+        for (dir, l) in [
+            ("read", &st.io.read_latency),
+            ("write", &st.io.write_latency),
+        ] {
+            let _ = write!(
+                o,
+                r#"<tr data-row="latency" data-key="{dir}"><th>{dir}</th>"#
+            );
             o.push_str(&tdn("count", &fmt_num(l.count)));
             for (f, v) in [
                 ("p50_ns", l.p50_ns),
@@ -344,7 +356,14 @@ fn detail(o: &mut String, s: &Snapshot, view: &View) {
                 ("p999_ns", l.p999_ns),
                 ("max_ns", l.max_ns),
             ] {
-                o.push_str(&tdn(f, &if l.count == 0 { "—".into() } else { fmt_ns(v) }));
+                o.push_str(&tdn(
+                    f,
+                    &if l.count == 0 {
+                        "—".into()
+                    } else {
+                        fmt_ns(v)
+                    },
+                ));
             }
             o.push_str("</tr>");
         }
@@ -357,7 +376,10 @@ fn detail(o: &mut String, s: &Snapshot, view: &View) {
             tdn("gc_runs_window", &fmt_num(window_gc)),
             tdn("gc_pages_moved", &fmt_num(st.ftl.gc_pages_moved)),
             tdn("block_erases", &fmt_num(st.ftl.block_erases)),
-            tdn("write_amplification", &format!("{:.2}", st.write_amplification)),
+            tdn(
+                "write_amplification",
+                &format!("{:.2}", st.write_amplification)
+            ),
             tdn("mapped_pages", &fmt_num(st.ftl.mapped_pages)),
             n = esc(name),
         );
@@ -412,9 +434,9 @@ fn harvest(o: &mut String, s: &Snapshot, view: &View) {
         o.push_str(r#"<p class="note">The harvester is off ([harvest] enabled = false).</p>"#);
     }
     match &s.gssds {
-        None => o.push_str(
-            r#"<p class="note">The gSSD pool is host-wide: an admin token sees it.</p>"#,
-        ),
+        None => {
+            o.push_str(r#"<p class="note">The gSSD pool is host-wide: an admin token sees it.</p>"#)
+        }
         Some(g) => {
             let in_use = g.iter().filter(|g| g.in_use).count();
             let cap: u64 = g.iter().map(|g| g.capacity_bytes).sum();
@@ -580,7 +602,10 @@ mod tests {
         assert_eq!(html.matches(r#"data-row="event""#).count(), 20);
         assert!(html.contains(r#"<span data-f="events_total">1000</span>"#));
         assert_eq!(html.matches(r#"data-row="vssd""#).count(), 12);
-        assert!(html.contains("more owners not listed"), "the legend is capped too");
+        assert!(
+            html.contains("more owners not listed"),
+            "the legend is capped too"
+        );
     }
 
     #[test]
@@ -627,7 +652,10 @@ mod tests {
         assert!(svg.contains("tenant-curve"));
         // Unknown: said so in the page, no other vSSD's data.
         let html = render_body(&s, &View::parse(Some("nope".into()), None, 200).unwrap());
-        assert!(html.contains(r#"no vSSD \"nope\" to show in detail"#) || html.contains("no vSSD &quot;nope&quot;"));
+        assert!(
+            html.contains(r#"no vSSD \"nope\" to show in detail"#)
+                || html.contains("no vSSD &quot;nope&quot;")
+        );
     }
 
     #[test]
@@ -640,7 +668,10 @@ mod tests {
         assert!(View::parse(None, Some(201), 200).is_err());
         assert_eq!(
             View::parse(Some(String::new()), None, 200).unwrap(),
-            View { vssd: None, rows: 200 }
+            View {
+                vssd: None,
+                rows: 200
+            }
         );
     }
 }

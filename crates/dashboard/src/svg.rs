@@ -165,15 +165,10 @@ fn base64(data: &[u8]) -> String {
 
 /// Yellow (least worn) to red (most worn).
 fn heat_rgb(v: u32, max: u32) -> (u8, u8, u8) {
-    let t = if max == 0 {
-        0.0
-    } else {
-        v as f64 / max as f64
-    };
+    let t = if max == 0 { 0.0 } else { v as f64 / max as f64 };
     let lerp = |a: f64, b: f64| (a + (b - a) * t).round() as u8;
     (lerp(255.0, 200.0), lerp(235.0, 20.0), lerp(120.0, 20.0))
 }
-
 
 /// Plot size of an SLA chart, pixels.
 const SLA_W: f64 = 360.0;
@@ -275,7 +270,13 @@ pub(crate) fn sparkline(values: &[f64]) -> String {
     let pts: Vec<String> = values
         .iter()
         .enumerate()
-        .map(|(i, v)| format!("{:.0},{:.1}", i as f64 * step, H - 1.0 - v / max * (H - 2.0)))
+        .map(|(i, v)| {
+            format!(
+                "{:.0},{:.1}",
+                i as f64 * step,
+                H - 1.0 - v / max * (H - 2.0)
+            )
+        })
         .collect();
     format!(
         r##"<svg class="spark" xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}"><polyline points="{}" fill="none" stroke="#1f77b4" stroke-width="1.2"/></svg>"##,
@@ -331,7 +332,11 @@ mod tests {
     #[test]
     fn points_above_the_tenant_curve_are_marked_outside() {
         let c = Curve::new(vec![(0.0, 1000.0), (100.0, 0.0)]).unwrap();
-        let s = sla_svg(Some(&c), None, &[(50.0, 400.0), (50.0, 600.0), (200.0, 0.0)]);
+        let s = sla_svg(
+            Some(&c),
+            None,
+            &[(50.0, 400.0), (50.0, 600.0), (200.0, 0.0)],
+        );
         assert_eq!(s.matches(r#"class="op""#).count(), 1, "{s}");
         assert_eq!(s.matches(r#"class="op outside""#).count(), 2, "{s}");
         assert!(s.contains(r#"data-points="0:1000,100:0""#), "{s}");

@@ -5,8 +5,8 @@
 
 use control::{
     FlashMap, FlashOwner, FlashOwnerKind, GssdInfo, HarvestEvent, HarvestEventKind,
-    HarvestVolumeInfo, MigrationInfo, SegmentRecord, TenantKind, VssdInfo, VssdSlaInfo,
-    VssdState, VssdStats,
+    HarvestVolumeInfo, MigrationInfo, SegmentRecord, TenantKind, VssdInfo, VssdSlaInfo, VssdState,
+    VssdStats,
 };
 use ftl::{Extent, FtlStats, GcPolicyKind};
 use rng::SplitMix64 as Rng;
@@ -239,7 +239,12 @@ pub fn snapshot(shape: Shape, seed: u64, now_s: u64) -> Snapshot {
                 gssd: g.id,
                 base: 0,
             }],
-            state: if g.id % 50 == 1 { "migrating" } else { "active" }.into(),
+            state: if g.id % 50 == 1 {
+                "migrating"
+            } else {
+                "active"
+            }
+            .into(),
             evict_by_s: (g.id % 97 == 1).then_some(now_s + 240),
             migrations: if g.id % 50 == 1 {
                 vec![MigrationInfo {

@@ -66,8 +66,7 @@ impl Sampler {
     ) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
         tokio::spawn(async move {
-            let mut every =
-                tokio::time::interval(Duration::from_millis(me.settings.sample_ms));
+            let mut every = tokio::time::interval(Duration::from_millis(me.settings.sample_ms));
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
@@ -122,7 +121,10 @@ pub(crate) async fn app_js() -> Response {
 
 /// `/dashboard/style.css`.
 pub(crate) async fn style_css() -> Response {
-    secure(dashboard::STYLE_CSS.into_response(), "text/css; charset=utf-8")
+    secure(
+        dashboard::STYLE_CSS.into_response(),
+        "text/css; charset=utf-8",
+    )
 }
 
 /// An HTML fragment for the page.
