@@ -1,36 +1,48 @@
 //! Group commit: how a vSSD makes its own writes durable.
 //!
 //! Why: `FLUSH` and FUA used to `msync` the whole device (every tenant's dirty
-//! pages, both mappings), one flush at a time, so a tenant's commit paid for
-//! its neighbours' writes and concurrent commits queued behind each other.
-//! Now every page a vSSD programs and every block it erases is recorded in its
-//! [`DirtySet`] (under the vSSD's lock, as part of the write), and a sync
-//! writes back exactly that set with [`FlashDevice::sync_dirty`], with no lock
+//! pages, both mappings), so a tenant's commit paid for its neighbours'
+//! writes. Now every page a vSSD programs and every block it erases is
+//! recorded in its [`DirtySet`] (under the vSSD's lock, as part of the
+//! write), and a sync writes back exactly that set with
+//! [`FlashDevice::sync_dirty`](flash::FlashDevice::sync_dirty), with no lock
 //! held.
 //!
-//! Concurrent flushes share syncs. A flush needs a sync that *starts* after it
-//! was called (that sync's set then holds every write completed before the
-//! call). Syncs are numbered: a caller's target is one past the last started;
-//! if none is running it leads (takes the set and syncs it), otherwise it
-//! waits, and the next leader's sync covers it and everyone else who arrived
-//! meanwhile: while one sync runs, any number of flushes gather for the next.
-//! A failed sync gives its set back (so a later one retries it) and fails the
-//! flushes waiting for it.
+//! Concurrent flushes run their syncs concurrently, each on the pages dirty
+//! at its call, and the kernel shares the expensive part among them (the
+//! file system's journal commit and the disk's cache flush: fsyncs waiting
+//! on the same commit are answered together). An earlier version let one
+//! sync run at a time and gathered the flushes that arrived meanwhile for the
+//! next; with four committers at queue depth 1 it measured 0.35x of the
+//! whole-device `msync` it replaced (`scripts/bench-flush.sh`), because each
+//! sync then covered about one and a half flushes while the kernel had
+//! batched four.
+//!
+//! What makes it correct: a flush is numbered and takes the dirty set in one
+//! step under the group's lock, so every write completed before the call is
+//! in its own set or in the set of a lower-numbered sync; it then waits for
+//! every lower-numbered sync still running. A failed sync gives its set back
+//! (so a later sync retries it) and fails its own flush and every flush that
+//! was waiting on it.
+
+use std::collections::{BTreeSet, VecDeque};
 
 use flash::DirtySet;
 use parking_lot::{Condvar, Mutex};
 
-/// Sync numbering and the result of the last failure.
+/// Failures remembered for flushes still waiting on them (failures are
+/// rare; a flush only looks at syncs that were running when it started).
+const FAILURES_KEPT: usize = 64;
+
+/// Sync numbering, what is running and recent failures.
 #[derive(Debug, Default)]
 struct State {
     /// Syncs started so far (the number of the latest one).
     started: u64,
-    /// Syncs finished so far (numbers up to this one are done).
-    finished: u64,
-    /// A sync is running.
-    running: bool,
-    /// Number and error of the latest failed sync.
-    failed: Option<(u64, String)>,
+    /// Numbers of the syncs still running.
+    running: BTreeSet<u64>,
+    /// Recent failed syncs: number and error.
+    failed: VecDeque<(u64, String)>,
     /// Syncs that did any writing back (the set was not empty).
     syncs: u64,
 }
@@ -44,46 +56,51 @@ pub(crate) struct SyncGroup {
 
 impl SyncGroup {
     /// Makes every write completed before this call durable. `take` takes the
-    /// vSSD's dirty set (under its lock), `sync` writes it back (called with
-    /// no lock held; the vSSD's is [`flash::FlashDevice::sync_dirty`]) and
-    /// `give_back` returns the set after a failure.
+    /// vSSD's dirty set (called under the group's lock, so it must take only
+    /// the vSSD's own lock), `sync` writes it back (called with no lock held;
+    /// the vSSD's is [`flash::FlashDevice::sync_dirty`]) and `give_back`
+    /// returns the set after a failure.
     pub(crate) fn flush(
         &self,
         take: impl Fn() -> DirtySet,
         sync: impl Fn(&DirtySet) -> Result<(), String>,
         give_back: impl Fn(DirtySet),
     ) -> Result<(), String> {
-        let mut st = self.state.lock();
-        let target = st.started + 1;
-        loop {
-            if st.finished >= target {
-                return match &st.failed {
-                    Some((n, e)) if *n >= target => Err(e.clone()),
-                    _ => Ok(()),
-                };
-            }
-            if st.running {
-                self.done.wait(&mut st);
-                continue;
-            }
-            st.running = true;
+        let (n, set, before) = {
+            let mut st = self.state.lock();
             st.started += 1;
             let n = st.started;
-            drop(st);
             let set = take();
-            let empty = set.is_empty();
-            let r = if empty { Ok(()) } else { sync(&set) };
-            if r.is_err() {
-                give_back(set);
+            let before: Vec<u64> = st.running.iter().copied().collect();
+            st.running.insert(n);
+            (n, set, before)
+        };
+        let empty = set.is_empty();
+        let r = if empty { Ok(()) } else { sync(&set) };
+        if r.is_err() {
+            give_back(set);
+        }
+        let mut st = self.state.lock();
+        st.running.remove(&n);
+        st.syncs += u64::from(!empty);
+        if let Err(e) = &r {
+            if st.failed.len() == FAILURES_KEPT {
+                st.failed.pop_front();
             }
-            st = self.state.lock();
-            st.running = false;
-            st.finished = n;
-            st.syncs += u64::from(!empty);
-            if let Err(e) = r {
-                st.failed = Some((n, e));
-            }
-            self.done.notify_all();
+            st.failed.push_back((n, e.clone()));
+        }
+        self.done.notify_all();
+        r?;
+        // The lower-numbered syncs that were running hold writes this caller
+        // may depend on: wait for them, and fail if one of them failed.
+        while st.running.first().is_some_and(|&m| m < n) {
+            self.done.wait(&mut st);
+        }
+        match st.failed.iter().find(|(m, _)| before.contains(m)) {
+            Some((m, e)) => Err(format!(
+                "an earlier sync (#{m}) this flush depends on failed: {e}"
+            )),
+            None => Ok(()),
         }
     }
 
@@ -99,14 +116,15 @@ mod tests {
     use flash::Geometry;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
+    use std::time::Duration;
 
     fn geo() -> Geometry {
         Geometry {
             channels: 1,
             dies_per_channel: 1,
             planes_per_die: 1,
-            blocks_per_plane: 4,
-            pages_per_block: 4,
+            blocks_per_plane: 64,
+            pages_per_block: 64,
             page_size: 4096,
         }
     }
@@ -117,35 +135,47 @@ mod tests {
         s
     }
 
-    /// Many concurrent flushes share syncs: fewer syncs than callers, and each
-    /// caller returns only after a sync that started after its call.
+    /// Eight threads write pages and flush: every page a thread wrote is in
+    /// a finished sync when its flush returns, and syncs overlap (so the
+    /// kernel can share a journal commit among them).
     #[test]
-    fn concurrent_flushes_share_syncs() {
+    fn concurrent_flushes_cover_every_completed_write_and_overlap() {
         let g = Arc::new(SyncGroup::default());
-        let syncs = Arc::new(AtomicU64::new(0));
+        let next = Arc::new(AtomicU64::new(0));
+        let dirty = Arc::new(Mutex::new(DirtySet::new()));
+        let durable = Arc::new(Mutex::new(Vec::<DirtySet>::new()));
+        let (now, most) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let threads: Vec<_> = (0..8)
             .map(|_| {
-                let (g, syncs) = (g.clone(), syncs.clone());
+                let (g, next, dirty, durable) =
+                    (g.clone(), next.clone(), dirty.clone(), durable.clone());
+                let (now, most) = (now.clone(), most.clone());
                 std::thread::spawn(move || {
-                    for _ in 0..50 {
-                        let called = syncs.load(Ordering::SeqCst);
-                        let started = std::cell::Cell::new(0);
+                    let mut mine = Vec::new();
+                    for _ in 0..40 {
+                        let p = next.fetch_add(1, Ordering::SeqCst);
+                        dirty.lock().programmed(&geo(), p);
+                        mine.push(p);
                         g.flush(
-                            one_page,
-                            |_| {
-                                syncs.fetch_add(1, Ordering::SeqCst);
-                                // Others gather while this one runs.
-                                std::thread::sleep(std::time::Duration::from_micros(300));
+                            || std::mem::take(&mut *dirty.lock()),
+                            |set| {
+                                let k = now.fetch_add(1, Ordering::SeqCst) + 1;
+                                most.fetch_max(k, Ordering::SeqCst);
+                                std::thread::sleep(Duration::from_micros(300));
+                                durable.lock().push(set.clone());
+                                now.fetch_sub(1, Ordering::SeqCst);
                                 Ok(())
                             },
                             |_| panic!("no failure"),
                         )
                         .unwrap();
-                        started.set(syncs.load(Ordering::SeqCst));
-                        assert!(
-                            started.get() > called,
-                            "returned without a sync after the call"
-                        );
+                        let d = durable.lock();
+                        for &q in &mine {
+                            assert!(
+                                d.iter().any(|s| s.covers(&geo(), q)),
+                                "page {q} written before the flush is not durable after it"
+                            );
+                        }
                     }
                 })
             })
@@ -153,9 +183,8 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        let n = syncs.load(Ordering::SeqCst);
-        assert!(n < 400, "{n} syncs for 400 flushes: none shared");
-        assert_eq!(g.syncs(), n);
+        assert!(most.load(Ordering::SeqCst) > 1, "syncs never overlapped");
+        assert!(g.syncs() <= 320);
     }
 
     /// A failed sync fails its caller and gives its set back; the next one
@@ -178,5 +207,48 @@ mod tests {
             .flush(DirtySet::new, |_| panic!("nothing to sync"), |_| {})
             .is_ok());
         assert_eq!(g.syncs(), 2);
+    }
+
+    /// A flush that starts while an earlier sync runs waits for it, and
+    /// fails if it fails (that sync held writes the later flush depends on),
+    /// even though its own sync succeeded.
+    #[test]
+    fn a_flush_fails_with_the_earlier_sync_it_depends_on() {
+        let g = Arc::new(SyncGroup::default());
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+        let (fail_tx, fail_rx) = std::sync::mpsc::channel::<()>();
+        let first = {
+            let g = g.clone();
+            std::thread::spawn(move || {
+                g.flush(
+                    one_page,
+                    |_| {
+                        started_tx.send(()).unwrap();
+                        fail_rx.recv().unwrap();
+                        Err("disk on fire".into())
+                    },
+                    |_| {},
+                )
+            })
+        };
+        started_rx.recv().unwrap();
+        let second = {
+            let g = g.clone();
+            std::thread::spawn(move || g.flush(one_page, |_| Ok(()), |_| {}))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !second.is_finished(),
+            "returned before the earlier sync ended"
+        );
+        fail_tx.send(()).unwrap();
+        assert!(first.join().unwrap().is_err());
+        let e = second.join().unwrap().unwrap_err();
+        assert!(
+            e.contains("disk on fire") && e.contains("earlier sync"),
+            "{e}"
+        );
+        // Later flushes do not depend on it any more.
+        assert!(g.flush(one_page, |_| Ok(()), |_| {}).is_ok());
     }
 }
