@@ -19,27 +19,39 @@ use crate::{Backend, BlockId, FlashError, Geometry, Oob, PageId, Result, Timing,
 #[derive(Default)]
 struct Bus {
     floor: Nanos,
-    busy: std::collections::VecDeque<(Nanos, Nanos)>,
+    /// (start, end, tag) of each booked transfer, in order.
+    busy: std::collections::VecDeque<(Nanos, Nanos, u32)>,
     merge: bool,
 }
 
 const BUS_WINDOW: usize = 64;
 
+/// Tag of a bus interval no read may move (a read's transfer, or any transfer
+/// without suspension); a program's data transfer is tagged with its die + 1.
+const FIXED: u32 = 0;
+
+/// A transfer moved by a read: (die, old end, new end).
+type Displaced = (usize, Nanos, Nanos);
+
 impl Bus {
+    fn prune(&mut self, now: Nanos) {
+        while self.busy.front().is_some_and(|&(_, e, _)| e <= now) {
+            self.busy.pop_front();
+        }
+    }
+
     /// Where a transfer of `dur` ready at `ready` would go: (index among the busy
     /// intervals, start). Forgets intervals that ended by `now`.
     fn slot(&mut self, ready: Nanos, dur: Nanos, now: Nanos) -> (usize, Nanos) {
-        while self.busy.front().is_some_and(|&(_, e)| e <= now) {
-            self.busy.pop_front();
-        }
+        self.prune(now);
         let mut t = ready.max(self.floor);
         // Common case (and the only one once timelines run ahead in fast mode):
         // the transfer goes after everything already booked.
-        if self.busy.back().is_none_or(|&(_, e)| e <= t) {
+        if self.busy.back().is_none_or(|&(_, e, _)| e <= t) {
             return (self.busy.len(), t);
         }
         let mut idx = self.busy.len();
-        for (i, &(s, e)) in self.busy.iter().enumerate() {
+        for (i, &(s, e, _)) in self.busy.iter().enumerate() {
             if t + dur <= s {
                 idx = i;
                 break;
@@ -49,27 +61,92 @@ impl Bus {
         (idx, t)
     }
 
-    /// When a transfer of `dur` ready at `ready` would end, booking nothing.
-    fn peek(&mut self, ready: Nanos, dur: Nanos, now: Nanos) -> Nanos {
-        self.slot(ready, dur, now).1 + dur
-    }
-
     /// Reserves `dur` at the earliest time at or after `ready`; returns its end.
     fn reserve(&mut self, ready: Nanos, dur: Nanos, now: Nanos) -> Nanos {
+        self.reserve_tagged(ready, dur, now, FIXED)
+    }
+
+    /// [`Bus::reserve`] with a tag (see [`FIXED`]).
+    fn reserve_tagged(&mut self, ready: Nanos, dur: Nanos, now: Nanos, tag: u32) -> Nanos {
         let (idx, t) = self.slot(ready, dur, now);
-        self.busy.insert(idx, (t, t + dur));
+        self.busy.insert(idx, (t, t + dur, tag));
+        self.trim();
+        t + dur
+    }
+
+    fn trim(&mut self) {
         if self.busy.len() > BUS_WINDOW {
             if self.merge {
-                if let Some((_, e)) = self.busy.pop_back() {
+                if let Some((_, e, _)) = self.busy.pop_back() {
                     if let Some(last) = self.busy.back_mut() {
                         last.1 = e;
+                        last.2 = FIXED;
                     }
                 }
-            } else if let Some((_, e)) = self.busy.pop_front() {
+            } else if let Some((_, e, _)) = self.busy.pop_front() {
                 self.floor = self.floor.max(e);
             }
         }
-        t + dur
+    }
+
+    /// Where a read's transfer ready at `ready` would start: program data
+    /// transfers that have not started by then wait for it (the controller
+    /// gives reads the bus first), so they are no obstacle.
+    fn read_slot(&mut self, ready: Nanos, dur: Nanos, now: Nanos) -> Nanos {
+        self.prune(now);
+        let mut t = ready.max(self.floor);
+        for &(s, e, tag) in &self.busy {
+            if tag != FIXED && s >= ready {
+                continue;
+            }
+            if t + dur <= s {
+                break;
+            }
+            t = t.max(e);
+        }
+        t
+    }
+
+    /// When a read's transfer ready at `ready` would end, booking nothing.
+    fn read_peek(&mut self, ready: Nanos, dur: Nanos, now: Nanos) -> Nanos {
+        self.read_slot(ready, dur, now) + dur
+    }
+
+    /// Books a read's transfer ahead of program data transfers not started by
+    /// `ready`; those it overlaps move after it. Returns its end and the moved
+    /// transfers, whose programs must start later.
+    fn reserve_read(
+        &mut self,
+        ready: Nanos,
+        dur: Nanos,
+        now: Nanos,
+        moved: &mut Vec<Displaced>,
+    ) -> Nanos {
+        let t = self.read_slot(ready, dur, now);
+        let end = t + dur;
+        let mut displaced = Vec::new();
+        let mut i = 0;
+        while i < self.busy.len() {
+            let (s, e, tag) = self.busy[i];
+            if tag != FIXED && s >= ready && s < end && e > t {
+                self.busy.remove(i);
+                displaced.push((s, e, tag));
+            } else {
+                i += 1;
+            }
+        }
+        let idx = self
+            .busy
+            .iter()
+            .position(|&(s, _, _)| s >= t)
+            .unwrap_or(self.busy.len());
+        self.busy.insert(idx, (t, end, FIXED));
+        self.trim();
+        for (s, e, tag) in displaced {
+            let ne = self.reserve_tagged(s, e - s, now, tag);
+            moved.push(((tag - 1) as usize, e, ne));
+        }
+        end
     }
 }
 
@@ -168,25 +245,26 @@ impl Die {
         t: &Timing,
         xfer: Nanos,
         suspends: &AtomicU64,
+        moved: &mut Vec<Displaced>,
     ) -> Nanos {
         self.prune(now);
         let mut at = now.max(self.reads_end);
         let done = loop {
             let Some(i) = self.ops.iter().position(|o| o.end > at) else {
                 // Nothing long under way or waiting: the die is free at `at`.
-                break bus.reserve(at + t.read_ns, xfer, now);
+                break bus.reserve_read(at + t.read_ns, xfer, now, moved);
             };
             let o = self.ops[i];
             let capped = o.preempted >= t.max_suspends;
             if o.start >= at {
                 // Not started yet: the read goes first if it fits before it, or
                 // pushes it back, unless it has let enough reads by already.
-                let fits = bus.peek(at + t.read_ns, xfer, now) <= o.start;
+                let fits = bus.read_peek(at + t.read_ns, xfer, now) <= o.start;
                 if capped && !fits {
                     at = o.end;
                     continue;
                 }
-                let done = bus.reserve(at + t.read_ns, xfer, now);
+                let done = bus.reserve_read(at + t.read_ns, xfer, now, moved);
                 if !fits {
                     let op = &mut self.ops[i];
                     op.preempted += 1;
@@ -207,7 +285,7 @@ impl Die {
                 suspends.fetch_add(1, Relaxed);
                 (at + o.suspend_ns, t.resume_ns)
             };
-            let done = bus.reserve(read_at + t.read_ns, xfer, now);
+            let done = bus.reserve_read(read_at + t.read_ns, xfer, now, moved);
             let op = &mut self.ops[i];
             op.preempted += 1;
             op.end += done - at + lost;
@@ -216,11 +294,30 @@ impl Die {
             break done;
         };
         self.reads_end = done;
+        self.settle();
+        done
+    }
+
+    fn settle(&mut self) {
         self.free = self
             .free
-            .max(done)
+            .max(self.reads_end)
             .max(self.ops.back().map_or(0, |o| o.end));
-        done
+    }
+
+    /// A read moved the data transfer of a program on this die from ending at
+    /// `old` to ending at `new`: the program starts no earlier than `new`.
+    fn transfer_moved(&mut self, old: Nanos, new: Nanos) {
+        if let Some(i) = self.ops.iter().position(|o| o.start >= old) {
+            let o = &mut self.ops[i];
+            if o.start < new {
+                let d = new - o.start;
+                o.start += d;
+                o.end += d;
+                self.cascade(i);
+                self.settle();
+            }
+        }
     }
 }
 
@@ -374,15 +471,27 @@ impl FlashDevice {
         };
         let xfer = self.timing.transfer_ns(buf.len() as u64);
         let c = &mut *c;
-        let d = &mut c.dies[die];
         let done = if self.timing.suspend_enabled() {
-            d.read_suspending(&mut c.bus, now, &self.timing, xfer, &self.suspends)
+            let mut moved = Vec::new();
+            let done = c.dies[die].read_suspending(
+                &mut c.bus,
+                now,
+                &self.timing,
+                xfer,
+                &self.suspends,
+                &mut moved,
+            );
+            for (other, old, new) in moved {
+                c.dies[other].transfer_moved(old, new);
+            }
+            done
         } else {
+            let d = &mut c.dies[die];
             let sensed = now.max(d.free) + self.timing.read_ns;
-            c.bus.reserve(sensed, xfer, now)
+            // The die holds the data in its register until the transfer is done.
+            d.free = c.bus.reserve(sensed, xfer, now);
+            d.free
         };
-        // The die holds the data in its register until the transfer is done.
-        d.free = d.free.max(done);
         self.reads.fetch_add(1, Relaxed);
         Ok(done)
     }
@@ -422,12 +531,13 @@ impl FlashDevice {
         let c = &mut *c;
         let d = &mut c.dies[die];
         let ready = now.max(d.free);
-        let loaded = c
-            .bus
-            .reserve(ready, self.timing.transfer_ns(ps as u64), now);
+        let xfer = self.timing.transfer_ns(ps as u64);
         let done = if self.timing.suspend_enabled() {
+            // Tagged with its die: a read may move it (reads get the bus first).
+            let loaded = c.bus.reserve_tagged(ready, xfer, now, die as u32 + 1);
             d.push_long(loaded, self.timing.program_ns, self.timing.program_suspend_ns, now)
         } else {
+            let loaded = c.bus.reserve(ready, xfer, now);
             d.free = loaded + self.timing.program_ns;
             d.free
         };
