@@ -43,6 +43,8 @@ pub use sim::{
     Provenance, Scenario, ScenarioReport, UtilStats,
 };
 pub use traces::{load, Inputs, MachineSeries};
+/// The pool's settings, part of [`FleetConfig`] (`harvest_cfg`).
+pub use harvest::{ExpiryOrder, HarvestConfig};
 
 /// The simulator's step in seconds (5 minutes, the Azure arrival bin).
 pub const STEP_S: u64 = 300;
