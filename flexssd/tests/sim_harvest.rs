@@ -135,7 +135,10 @@ fn small_fleet_writes_every_output() {
 /// gSSD is accounted for exactly once (`invariant_violations` is 0 by
 /// construction of the reclamation check; these are not).
 fn conserves(c: &serde_json::Value) {
-    let n = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("no counter {k}: {c}"));
+    let n = |k: &str| {
+        c[k].as_u64()
+            .unwrap_or_else(|| panic!("no counter {k}: {c}"))
+    };
     assert_eq!(
         n("requests"),
         n("completed") + n("exceptions") + n("unserved") + n("running_at_end"),
@@ -143,7 +146,11 @@ fn conserves(c: &serde_json::Value) {
     );
     assert_eq!(
         n("gssds_created"),
-        n("live_at_end") + n("expired") + n("erased_on_release") + n("reclaimed_unassigned") + n("reclamations"),
+        n("live_at_end")
+            + n("expired")
+            + n("erased_on_release")
+            + n("reclaimed_unassigned")
+            + n("reclamations"),
         "{c}"
     );
     assert_eq!(n("reclamations"), n("migrations") + n("exceptions"), "{c}");

@@ -84,8 +84,15 @@ fn one_real_workload_every_output_and_deterministic() {
             // Every judged window is accurate (provisioned >= actual) or under.
             for ratio in [0.0, 5.0] {
                 let (acc, under) = (col(metric, model, ratio, 6), col(metric, model, ratio, 8));
-                assert!((acc + under - 1.0).abs() < 1e-9, "{metric} {model} {ratio}%: {acc} + {under}");
-                assert_eq!(col(metric, model, ratio, 5), col(metric, "lstm", 0.0, 5), "same windows judged");
+                assert!(
+                    (acc + under - 1.0).abs() < 1e-9,
+                    "{metric} {model} {ratio}%: {acc} + {under}"
+                );
+                assert_eq!(
+                    col(metric, model, ratio, 5),
+                    col(metric, "lstm", 0.0, 5),
+                    "same windows judged"
+                );
             }
             // 5% raises every prediction that is neither 0 nor the whole device
             // by at least one unit: it must cost waste.

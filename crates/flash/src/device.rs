@@ -422,9 +422,9 @@ impl FlashDevice {
     /// (0 if none was ever booked). Low-priority traffic (harvest tenants on a
     /// regular tenant's channels) uses it to run only in the gaps.
     pub fn channel_busy_until(&self, channel: u32) -> Nanos {
-        self.channels
-            .get(channel as usize)
-            .map_or(0, |c| c.lock().dies.iter().map(|d| d.free).max().unwrap_or(0))
+        self.channels.get(channel as usize).map_or(0, |c| {
+            c.lock().dies.iter().map(|d| d.free).max().unwrap_or(0)
+        })
     }
 
     /// The device's timing parameters.
@@ -535,7 +535,12 @@ impl FlashDevice {
         let done = if self.timing.suspend_enabled() {
             // Tagged with its die: a read may move it (reads get the bus first).
             let loaded = c.bus.reserve_tagged(ready, xfer, now, die as u32 + 1);
-            d.push_long(loaded, self.timing.program_ns, self.timing.program_suspend_ns, now)
+            d.push_long(
+                loaded,
+                self.timing.program_ns,
+                self.timing.program_suspend_ns,
+                now,
+            )
         } else {
             let loaded = c.bus.reserve(ready, xfer, now);
             d.free = loaded + self.timing.program_ns;
@@ -557,7 +562,12 @@ impl FlashDevice {
         let d = &mut c.dies[die];
         let start = now.max(d.free);
         let done = if self.timing.suspend_enabled() {
-            d.push_long(start, self.timing.erase_ns, self.timing.erase_suspend_ns, now)
+            d.push_long(
+                start,
+                self.timing.erase_ns,
+                self.timing.erase_suspend_ns,
+                now,
+            )
         } else {
             d.free = start + self.timing.erase_ns;
             d.free
@@ -990,7 +1000,11 @@ mod tests {
         let first = d.read(0, 0, &mut buf, at).unwrap();
         // The second read arrives while the first is still being served.
         let second = d.read(0, 0, &mut buf, at + 1_000).unwrap();
-        assert_eq!(second, first + t.read_ns + xfer, "no second suspend latency");
+        assert_eq!(
+            second,
+            first + t.read_ns + xfer,
+            "no second suspend latency"
+        );
         assert_eq!(d.stats().suspends, 1);
         assert_eq!(
             d.channel_busy_until(0),
@@ -1014,7 +1028,11 @@ mod tests {
         let pushed = done - at + t.resume_ns;
         // The second program's data moved in the gap before it starts, which
         // absorbs that much of the push.
-        assert_eq!(d.channel_busy_until(0), second + pushed - xfer, "both programs move");
+        assert_eq!(
+            d.channel_busy_until(0),
+            second + pushed - xfer,
+            "both programs move"
+        );
         // Other dies are untouched.
         assert_eq!(d.channel_busy_until(1), 0);
     }

@@ -152,12 +152,20 @@ mod tests {
             erase_suspend_ns: 3_000_000,
             ..Default::default()
         };
-        assert!(t.validate().unwrap_err().to_string().contains("erase_suspend_ns"));
+        assert!(t
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("erase_suspend_ns"));
         let t = Timing {
             channel_mbps: 0,
             ..Default::default()
         };
-        assert!(t.validate().unwrap_err().to_string().contains("channel_mbps"));
+        assert!(t
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("channel_mbps"));
     }
 
     #[test]
@@ -168,6 +176,10 @@ mod tests {
         assert!(e.contains("suspend_ns"), "{e}");
         let map = MapDeserializer::<_, Error>::new(std::iter::once(("max_suspends", 0u32)));
         let t = Timing::deserialize(map).unwrap();
-        assert_eq!(t, Timing::default().without_suspend(), "missing keys take defaults");
+        assert_eq!(
+            t,
+            Timing::default().without_suspend(),
+            "missing keys take defaults"
+        );
     }
 }

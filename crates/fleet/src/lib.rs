@@ -37,14 +37,14 @@ pub mod predict;
 pub mod sim;
 pub mod traces;
 
+/// The pool's settings, part of [`FleetConfig`] (`harvest_cfg`).
+pub use harvest::{ExpiryOrder, HarvestConfig};
 pub use predict::{Histogram, LastWindow, Oracle, Usage};
 pub use sim::{
     Counters, Fleet, FleetConfig, HarvestTenant, Home, Policies, Population, PredictorKind,
     Provenance, Scenario, ScenarioReport, UtilStats,
 };
 pub use traces::{load, Inputs, MachineSeries};
-/// The pool's settings, part of [`FleetConfig`] (`harvest_cfg`).
-pub use harvest::{ExpiryOrder, HarvestConfig};
 
 /// The simulator's step in seconds (5 minutes, the Azure arrival bin).
 pub const STEP_S: u64 = 300;

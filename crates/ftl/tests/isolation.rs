@@ -65,10 +65,18 @@ fn reader_latencies(timing: Timing, writer_qd: usize, reads: usize, gc: bool) ->
     // Fill both (the writer's GC then runs soon), then let the flash go idle.
     let mut t = 0;
     for p in 0..rpages {
-        t = t.max(reader.write(p * PAGE, &[p as u8; PAGE as usize], false).unwrap());
+        t = t.max(
+            reader
+                .write(p * PAGE, &[p as u8; PAGE as usize], false)
+                .unwrap(),
+        );
     }
     for p in 0..if gc { wpages } else { 0 } {
-        t = t.max(writer.write(p * PAGE, &[1u8; PAGE as usize], false).unwrap());
+        t = t.max(
+            writer
+                .write(p * PAGE, &[1u8; PAGE as usize], false)
+                .unwrap(),
+        );
     }
     clock.set(t + 1_000_000);
     let mut rng = rng::SplitMix64::new(15);
@@ -88,7 +96,9 @@ fn reader_latencies(timing: Timing, writer_qd: usize, reads: usize, gc: bool) ->
             done
         } else {
             let p = rng.below(wpages as usize) as u64;
-            writer.write(p * PAGE, &[7u8; PAGE as usize], false).unwrap()
+            writer
+                .write(p * PAGE, &[7u8; PAGE as usize], false)
+                .unwrap()
         };
         events.push(Reverse((done.max(at + 1), actor)));
     }
@@ -114,8 +124,14 @@ fn a_reader_beside_a_writer_keeps_its_p99_within_read_plus_suspend() {
     let p95 = percentile(&mut lat, 0.95);
     let p99 = percentile(&mut lat, 0.99);
     eprintln!("suspend on: p95 {p95} ns, p99 {p99} ns, bound {bound} ns, suspends {suspends}");
-    assert!(suspends > 1000, "the writer kept the dies busy: {suspends} suspends");
-    assert!(p95 <= bound, "reader p95 {p95} ns > read + suspend + transfer = {bound} ns");
+    assert!(
+        suspends > 1000,
+        "the writer kept the dies busy: {suspends} suspends"
+    );
+    assert!(
+        p95 <= bound,
+        "reader p95 {p95} ns > read + suspend + transfer = {bound} ns"
+    );
     // A write's data transfer already on the bus when the read's data is ready
     // cannot be preempted: the reads that meet one (about 3% here) wait for it.
     assert!(

@@ -547,13 +547,16 @@ mod tests {
         p.insert(g(4, 4, 2, 2, 4)).unwrap();
         p.insert(g(5, 5, 2, 2, 2)).unwrap();
         p.insert(g(1, 1, 4, 1, 20)).unwrap(); // lasts longer, but bigger
-        // Same demand as above: nearest picks 4, farthest 3.
+                                              // Same demand as above: nearest picks 4, farthest 3.
         assert_eq!(p.best_fit(&demand(2, 1, 3), 0).unwrap().unwrap().id, 3);
         p.assign(3, 9).unwrap();
         assert_eq!(p.best_fit(&demand(2, 1, 3), 0).unwrap().unwrap().id, 4);
         // Too long for the key's head: the next key.
         assert_eq!(p.best_fit(&demand(2, 1, 5), 0).unwrap().unwrap().id, 1);
-        assert_eq!("farthest".parse::<ExpiryOrder>().unwrap(), ExpiryOrder::Farthest);
+        assert_eq!(
+            "farthest".parse::<ExpiryOrder>().unwrap(),
+            ExpiryOrder::Farthest
+        );
         assert!("far"
             .parse::<ExpiryOrder>()
             .unwrap_err()

@@ -125,7 +125,10 @@ pub(super) fn validate(devices: &[DeviceConfig]) -> Result<HashSet<&str>, String
         match d.timing.validate() {
             Ok(()) => {}
             Err(flash::FlashError::BadTiming { key, reason }) => {
-                return Err(format!("devices[{i}].timing.{key} (device {}): {reason}", d.name));
+                return Err(format!(
+                    "devices[{i}].timing.{key} (device {}): {reason}",
+                    d.name
+                ));
             }
             Err(e) => return Err(format!("devices[{i}].timing (device {}): {e}", d.name)),
         }
@@ -165,7 +168,12 @@ mod tests {
         .unwrap();
         let t = c.devices[0].timing;
         assert_eq!(
-            (t.program_suspend_ns, t.erase_suspend_ns, t.resume_ns, t.max_suspends),
+            (
+                t.program_suspend_ns,
+                t.erase_suspend_ns,
+                t.resume_ns,
+                t.max_suspends
+            ),
             (30_000, 50_000, 5_000, 2)
         );
         let e = Config::from_toml(
