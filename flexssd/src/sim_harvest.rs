@@ -47,6 +47,10 @@ pub struct HarvestArgs {
     /// Mean share of the unsold servers' channels sold to Azure arrivals.
     #[arg(long, default_value_t = 0.7)]
     pub unsold_load: f64,
+    /// Which gSSD best fit gives a demand among those of the smallest sufficient
+    /// size: the nearest sufficient expiry, or the paper's farthest first.
+    #[arg(long, default_value = "nearest", value_parser = ["nearest", "farthest"])]
+    pub expiry_order: String,
     /// Scenarios to run: sold, unsold or both.
     #[arg(long, default_value = "both", value_parser = ["sold", "unsold", "both"])]
     pub scenario: String,
@@ -102,6 +106,10 @@ pub fn run(a: &HarvestArgs, wall: &dyn Clock) -> Result<()> {
         seed: a.seed,
         unsold_hosts: a.unsold_hosts,
         unsold_load: a.unsold_load,
+        harvest_cfg: fleet::HarvestConfig {
+            expiry_order: a.expiry_order.parse()?,
+            ..FleetConfig::default().harvest_cfg
+        },
         ..FleetConfig::default()
     };
     cfg.validate()?;

@@ -10,7 +10,10 @@
 //! * a timing model ([`Timing`]): every operation takes an issue time and returns
 //!   its completion time, computed from per-channel bus and per-die timelines, so a
 //!   read queues behind programs and erases on the same die. That is what makes a
-//!   tenant's read tail latency depend on who else writes to its dies;
+//!   tenant's read tail latency depend on who else writes to its dies. A read
+//!   that finds its die programming or erasing suspends that operation (after a
+//!   suspend latency) and the operation resumes after it, with a resume overhead
+//!   and a cap on suspensions per operation, as real NAND does;
 //! * an out-of-band area per page ([`Oob`]), written atomically with the page, from
 //!   which an FTL rebuilds its mapping after a crash;
 //! * per-block erase counts (wear);
@@ -82,6 +85,14 @@ pub enum FlashError {
     /// The geometry is unusable.
     #[error("invalid geometry: {0}")]
     BadGeometry(String),
+    /// A timing parameter is unusable.
+    #[error("invalid timing: {key}: {reason}")]
+    BadTiming {
+        /// The `[devices.timing]` key at fault.
+        key: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The device file exists but was made with another geometry or is not a
     /// flexssd device.
     #[error("device file {path}: {reason}")]

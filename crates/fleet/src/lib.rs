@@ -37,6 +37,8 @@ pub mod predict;
 pub mod sim;
 pub mod traces;
 
+/// The pool's settings, part of [`FleetConfig`] (`harvest_cfg`).
+pub use harvest::{ExpiryOrder, HarvestConfig};
 pub use predict::{Histogram, LastWindow, Oracle, Usage};
 pub use sim::{
     Counters, Fleet, FleetConfig, HarvestTenant, Home, Policies, Population, PredictorKind,

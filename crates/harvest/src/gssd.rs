@@ -39,6 +39,36 @@ pub struct HarvestConfig {
     /// A released gSSD that expires within this many seconds is erased and returned
     /// to its home instead of going back to the pool (default 1800, 30 minutes).
     pub reclaim_horizon_s: u64,
+    /// Which of the gSSDs that fit a demand and last long enough best fit picks:
+    /// the nearest sufficient expiry (default) or the paper's farthest first.
+    pub expiry_order: ExpiryOrder,
+}
+
+/// Among the gSSDs of the smallest sufficient size that last long enough for a
+/// demand, which one best fit gives it. The paper keeps each size's list
+/// ordered farthest expiry first and takes from the front; the nearest
+/// sufficient expiry keeps long-lived gSSDs for long demands. `flexssd sim
+/// harvest --expiry-order` measures one against the other
+/// (`docs/results/fleet.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExpiryOrder {
+    /// The gSSD whose expiry is nearest while still covering the demand.
+    #[default]
+    Nearest,
+    /// The gSSD that lasts longest (the paper's list order).
+    Farthest,
+}
+
+impl std::str::FromStr for ExpiryOrder {
+    type Err = HarvestError;
+    fn from_str(s: &str) -> Result<Self, HarvestError> {
+        match s {
+            "nearest" => Ok(Self::Nearest),
+            "farthest" => Ok(Self::Farthest),
+            _ => Err(HarvestError::BadExpiryOrder(s.to_string())),
+        }
+    }
 }
 
 impl Default for HarvestConfig {
@@ -48,6 +78,7 @@ impl Default for HarvestConfig {
             duration_granule_s: 1800,
             refresh_interval_s: 900,
             reclaim_horizon_s: 1800,
+            expiry_order: ExpiryOrder::Nearest,
         }
     }
 }

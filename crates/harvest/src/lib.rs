@@ -90,7 +90,7 @@ pub mod pool;
 pub mod reclaim;
 
 pub use concurrent::{MutexPool, RwPool, ShardedPool, SharedPool};
-pub use gssd::{Demand, Gssd, GssdId, HarvestConfig, TenantId, VssdId};
+pub use gssd::{Demand, ExpiryOrder, Gssd, GssdId, HarvestConfig, TenantId, VssdId};
 pub use pool::{GssdPool, Reclaimed, RefreshReport};
 pub use reclaim::{
     classify, plan_early_reclaim, plan_release, plan_under_harvest, Exceptions, ReclaimAction,
@@ -109,6 +109,9 @@ pub enum HarvestError {
         /// The offending field.
         field: &'static str,
     },
+    /// An expiry order that is neither `nearest` nor `farthest`.
+    #[error("expiry order {0:?}: use nearest or farthest")]
+    BadExpiryOrder(String),
     /// A demand with a zero capacity, bandwidth or duration.
     #[error(
         "demand {0:?} has a zero dimension: capacity, bandwidth and duration must all be positive"

@@ -6,7 +6,9 @@
 //! Among the unassigned gSSDs that cover a [`Demand`] (capacity ≥, bandwidth ≥, and
 //! expiry ≥ `now + duration`), best-fit returns the one with the smallest
 //! capacity, then the smallest bandwidth, then the *nearest* expiry that still lasts
-//! long enough, then the lowest id. Capacity comes first because it is the scarcer,
+//! long enough, then the lowest id ([`ExpiryOrder::Nearest`], the default; with
+//! [`ExpiryOrder::Farthest`], the paper's order, the one lasting longest, the
+//! highest id on ties). Capacity comes first because it is the scarcer,
 //! coarser resource (64 chunks per device against 16 channels) and the keys are
 //! sorted by it, as in the paper. The nearest sufficient expiry keeps long-lived
 //! gSSDs for long demands.
@@ -32,7 +34,7 @@ use clock::Nanos;
 use rustc_hash::FxHashMap;
 
 use crate::reclaim::{plan_early_reclaim, plan_release, ReclaimAction};
-use crate::{Demand, Gssd, GssdId, HarvestConfig, HarvestError, TenantId, VssdId};
+use crate::{Demand, ExpiryOrder, Gssd, GssdId, HarvestConfig, HarvestError, TenantId, VssdId};
 
 type Key = (u64, u32);
 /// One list entry. Set order is expiry descending (farthest first), then id
@@ -213,11 +215,15 @@ impl GssdPool {
                 continue;
             }
             // Entries lasting long enough are a prefix of the list (farthest first);
-            // the last of them is the nearest sufficient expiry, lowest id on ties.
-            if let Some(e) = self.lists[i]
-                .range(..=(Reverse(need), Reverse(0)))
-                .next_back()
-            {
+            // the last of them is the nearest sufficient expiry, lowest id on ties,
+            // and the first (the head, checked above) the farthest.
+            let e = match self.cfg.expiry_order {
+                ExpiryOrder::Nearest => self.lists[i]
+                    .range(..=(Reverse(need), Reverse(0)))
+                    .next_back(),
+                ExpiryOrder::Farthest => self.lists[i].first(),
+            };
+            if let Some(e) = e {
                 return Some(e.1 .0);
             }
         }
@@ -528,6 +534,34 @@ mod tests {
             p.best_fit(&demand(2, 1, 1), 9 * MIN30).unwrap().unwrap().id,
             3
         );
+    }
+
+    #[test]
+    fn farthest_first_takes_the_head_of_the_smallest_sufficient_list() {
+        let mut p = GssdPool::new(HarvestConfig {
+            expiry_order: ExpiryOrder::Farthest,
+            ..HarvestConfig::default()
+        })
+        .unwrap();
+        p.insert(g(3, 3, 2, 2, 10)).unwrap();
+        p.insert(g(4, 4, 2, 2, 4)).unwrap();
+        p.insert(g(5, 5, 2, 2, 2)).unwrap();
+        p.insert(g(1, 1, 4, 1, 20)).unwrap(); // lasts longer, but bigger
+                                              // Same demand as above: nearest picks 4, farthest 3.
+        assert_eq!(p.best_fit(&demand(2, 1, 3), 0).unwrap().unwrap().id, 3);
+        p.assign(3, 9).unwrap();
+        assert_eq!(p.best_fit(&demand(2, 1, 3), 0).unwrap().unwrap().id, 4);
+        // Too long for the key's head: the next key.
+        assert_eq!(p.best_fit(&demand(2, 1, 5), 0).unwrap().unwrap().id, 1);
+        assert_eq!(
+            "farthest".parse::<ExpiryOrder>().unwrap(),
+            ExpiryOrder::Farthest
+        );
+        assert!("far"
+            .parse::<ExpiryOrder>()
+            .unwrap_err()
+            .to_string()
+            .contains("nearest or farthest"));
     }
 
     #[test]

@@ -122,6 +122,16 @@ pub(super) fn validate(devices: &[DeviceConfig]) -> Result<HashSet<&str>, String
         if let Err(e) = d.geometry.validate() {
             return Err(format!("devices[{i}].geometry (device {}): {e}", d.name));
         }
+        match d.timing.validate() {
+            Ok(()) => {}
+            Err(flash::FlashError::BadTiming { key, reason }) => {
+                return Err(format!(
+                    "devices[{i}].timing.{key} (device {}): {reason}",
+                    d.name
+                ));
+            }
+            Err(e) => return Err(format!("devices[{i}].timing (device {}): {e}", d.name)),
+        }
         if d.backend == BackendKind::Memory && d.path.is_some() {
             return Err(format!(
                 "devices[{i}].path: device {} has backend \"memory\", which takes no path",
@@ -147,6 +157,40 @@ mod tests {
             Config::from_toml("[[devices]]\nname = \"a\"\nbackend = \"memory\"\nprefault = true\n")
                 .unwrap();
         assert!(c.devices[0].prefault);
+    }
+
+    #[test]
+    fn suspend_keys_parse_and_bad_ones_are_named() {
+        let c = Config::from_toml(
+            "[[devices]]\nname = \"a\"\n[devices.timing]\nprogram_suspend_ns = 30000\n\
+             erase_suspend_ns = 50000\nresume_ns = 5000\nmax_suspends = 2\n",
+        )
+        .unwrap();
+        let t = c.devices[0].timing;
+        assert_eq!(
+            (
+                t.program_suspend_ns,
+                t.erase_suspend_ns,
+                t.resume_ns,
+                t.max_suspends
+            ),
+            (30_000, 50_000, 5_000, 2)
+        );
+        let e = Config::from_toml(
+            "[[devices]]\nname = \"a\"\n[devices.timing]\nprogram_suspend_ns = 900000\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("devices[0].timing.program_suspend_ns"), "{e}");
+        let e = Config::from_toml("[[devices]]\nname = \"a\"\n[devices.timing]\nsuspend_ns = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("suspend_ns"), "{e}");
+        // Off: any suspend latency is accepted, it is never used.
+        assert!(Config::from_toml(
+            "[[devices]]\nname = \"a\"\n[devices.timing]\nmax_suspends = 0\nprogram_suspend_ns = 900000\n",
+        )
+        .is_ok());
     }
 
     #[test]

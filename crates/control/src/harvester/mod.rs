@@ -354,6 +354,7 @@ impl Harvester {
             duration_granule_s: s.granule_s,
             refresh_interval_s: s.refresh_s,
             reclaim_horizon_s: s.reclaim_horizon_s,
+            ..HarvestConfig::default()
         }
     }
 
