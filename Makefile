@@ -1,5 +1,5 @@
 # The two commands of the README.
-.PHONY: run test bench bench-cluster fmt lint
+.PHONY: run test bench bench-flush bench-cluster fmt lint
 
 # Build and start the daemon on its embedded default configuration.
 run:
@@ -13,6 +13,10 @@ test:
 # NBD data-path benchmark against nbdkit memory (not part of the tests).
 bench:
 	scripts/bench-nbd.sh
+
+# What a flush costs: flexssd's default configuration against nbdkit file.
+bench-flush:
+	scripts/bench-flush.sh
 
 # Fleet scale benchmark: 1,000 host agents and a scheduler on one etcd.
 bench-cluster:
