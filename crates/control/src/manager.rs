@@ -223,13 +223,12 @@ impl HostManager {
             if config.mode == Mode::Fast {
                 timing.max_suspends = 0;
             }
-            let dev =
-                FlashDevice::open(&rec.backend, rec.geometry, timing).map_err(|source| {
-                    ControlError::Flash {
-                        device: rec.name.clone(),
-                        source,
-                    }
-                })?;
+            let dev = FlashDevice::open(&rec.backend, rec.geometry, timing).map_err(|source| {
+                ControlError::Flash {
+                    device: rec.name.clone(),
+                    source,
+                }
+            })?;
             if config
                 .devices
                 .iter()
