@@ -69,6 +69,29 @@ enum HarvestCmd {
     Tick,
 }
 
+impl HarvestCmd {
+    /// The API body of `harvest request` (host or fleet); `None` for the
+    /// other subcommands.
+    fn request(&self) -> Option<HarvestRequest> {
+        match self {
+            HarvestCmd::Request {
+                name,
+                tenant,
+                capacity,
+                bandwidth,
+                duration,
+            } => Some(HarvestRequest {
+                name: name.clone(),
+                tenant: tenant.clone(),
+                capacity: control::ByteSize(*capacity),
+                bandwidth: *bandwidth,
+                duration_s: *duration,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// Options of `flexssd gssd`.
 #[derive(Debug, Args)]
 pub struct GssdArgs {
@@ -188,20 +211,8 @@ pub fn harvest(a: &HarvestArgs, api: &str) -> Result<()> {
             );
             Ok(())
         }
-        HarvestCmd::Request {
-            name,
-            tenant,
-            capacity,
-            bandwidth,
-            duration,
-        } => {
-            let req = HarvestRequest {
-                name: name.clone(),
-                tenant: tenant.clone(),
-                capacity: control::ByteSize(*capacity),
-                bandwidth: *bandwidth,
-                duration_s: *duration,
-            };
+        cmd @ HarvestCmd::Request { .. } => {
+            let req = cmd.request().expect("a request");
             let v: HarvestVolumeInfo = c.post("/v1/harvest/volumes", &req)?;
             let ids: Vec<String> = v.segments.iter().map(|s| s.gssd.to_string()).collect();
             println!(
@@ -271,20 +282,8 @@ pub fn fleet_harvest(a: &HarvestArgs, url: &str) -> Result<()> {
         HarvestCmd::Status { .. } | HarvestCmd::Tick => anyhow::bail!(
             "`harvest status` and `harvest tick` act on one host's harvester: use --api URL (a host's, from `flexssd --cluster URL cluster hosts --json`); fleet-wide, `gssd list` shows the pool"
         ),
-        HarvestCmd::Request {
-            name,
-            tenant,
-            capacity,
-            bandwidth,
-            duration,
-        } => {
-            let req = HarvestRequest {
-                name: name.clone(),
-                tenant: tenant.clone(),
-                capacity: control::ByteSize(*capacity),
-                bandwidth: *bandwidth,
-                duration_s: *duration,
-            };
+        cmd @ HarvestCmd::Request { .. } => {
+            let req = cmd.request().expect("a request");
             let v: FleetHarvestStatus = c.post("/v1/harvest/volumes", &req)?;
             match &v.uri {
                 Some(uri) => println!(

@@ -1663,6 +1663,15 @@ fn harvest_index(f: &Fleet) -> BTreeMap<String, Value> {
         .collect()
 }
 
+/// Whether the fleet's pool (GET /v1/gssds) has a free gSSD of `host`.
+fn free_gssd_on(url: &str, host: &str) -> bool {
+    let g = http_ok("GET", &format!("{url}/v1/gssds"), None);
+    g.as_array()
+        .unwrap()
+        .iter()
+        .any(|x| x["host"] == host && x["in_use"] == false)
+}
+
 /// Names of a host's own harvest volumes (its API).
 fn host_volumes(h: &Host) -> Vec<String> {
     let body = h.d.get("/v1/harvest/volumes").unwrap_or_default();
@@ -1714,60 +1723,26 @@ fn fleet_harvest_serves_from_any_host() {
     assert_eq!(f.index()["t"]["role"], "harvest");
     // h2's unsold channels become gSSDs, and the fleet's pool shows them.
     wait_for(30, "h2's gSSDs in the fleet pool", || {
-        let g = http_ok("GET", &format!("{url}/v1/gssds"), None);
-        g.as_array()
-            .unwrap()
-            .iter()
-            .any(|x| x["host"] == "h2" && x["in_use"] == false)
-            .then_some(())
+        free_gssd_on(&url, "h2").then_some(())
     });
 
     // Bad requests, each refused with what is wrong.
     let req = |name: &str, tenant: &str, cap: &str| json!({ "name": name, "tenant": tenant, "capacity": cap, "bandwidth": 2, "duration_s": 60 });
-    let (code, e) = http(
-        "POST",
-        &format!("{url}/v1/harvest/volumes"),
-        Some(&req("x", "ghost", "64MiB")),
-    );
+    // POST a harvest request: (status, the error's text).
+    let post = |body: Value| {
+        let (code, e) = http("POST", &format!("{url}/v1/harvest/volumes"), Some(&body));
+        (code, e["error"].as_str().unwrap_or_default().to_string())
+    };
+    let (code, e) = post(req("x", "ghost", "64MiB"));
     assert_eq!(code, 404, "{e}");
-    assert!(
-        e["error"]
-            .as_str()
-            .unwrap()
-            .contains("no vSSD named \"ghost\""),
-        "{e}"
-    );
-    let (code, e) = http(
-        "POST",
-        &format!("{url}/v1/harvest/volumes"),
-        Some(&req("x", "reg", "64MiB")),
-    );
+    assert!(e.contains("no vSSD named \"ghost\""), "{e}");
+    let (code, e) = post(req("x", "reg", "64MiB"));
     assert_eq!(code, 400, "{e}");
-    assert!(
-        e["error"]
-            .as_str()
-            .unwrap()
-            .contains("not a harvest tenant"),
-        "{e}"
-    );
-    let (code, e) = http(
-        "POST",
-        &format!("{url}/v1/harvest/volumes"),
-        Some(&req("x", "t", "500GiB")),
-    );
+    assert!(e.contains("not a harvest tenant"), "{e}");
+    let (code, e) = post(req("x", "t", "500GiB"));
     assert!(code >= 400, "{e}");
-    assert!(
-        e["error"]
-            .as_str()
-            .unwrap()
-            .contains("no gSSD in the fleet"),
-        "{e}"
-    );
-    let (code, e) = http(
-        "POST",
-        &format!("{url}/v1/harvest/volumes"),
-        Some(&req("reg", "t", "64MiB")),
-    );
+    assert!(e.contains("no gSSD in the fleet"), "{e}");
+    let (code, e) = post(req("reg", "t", "64MiB"));
     assert_eq!(code, 409, "a harvest volume took a vSSD's name: {e}");
     assert!(
         harvest_index(&f).is_empty(),
@@ -1878,17 +1853,9 @@ fn fleet_harvest_serves_from_any_host() {
         "no harvest-evicted event: {events}"
     );
     // Nothing is placed on a lost host.
-    let (code, e) = http(
-        "POST",
-        &format!("{url}/v1/harvest/volumes"),
-        Some(&req("hv3", "t", "64MiB")),
-    );
+    let (code, e) = post(req("hv3", "t", "64MiB"));
     assert!(
-        code >= 400
-            && e["error"]
-                .as_str()
-                .unwrap()
-                .contains("no gSSD in the fleet"),
+        code >= 400 && e.contains("no gSSD in the fleet"),
         "{code} {e}"
     );
     f.host_mut("h2").d.restart();
@@ -1904,12 +1871,7 @@ fn fleet_harvest_serves_from_any_host() {
 
     // Deleting the tenant releases its volumes wherever they are.
     wait_for(30, "h2's gSSDs back in the pool", || {
-        let g = http_ok("GET", &format!("{url}/v1/gssds"), None);
-        g.as_array()
-            .unwrap()
-            .iter()
-            .any(|x| x["host"] == "h2" && x["in_use"] == false)
-            .then_some(())
+        free_gssd_on(&url, "h2").then_some(())
     });
     http_ok(
         "POST",
