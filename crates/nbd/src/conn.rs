@@ -599,23 +599,7 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         done: Nanos,
         kind: Sync,
     ) -> Result<(), NbdError> {
-        let cost = DEFERRED_OVERHEAD.min(self.shared.paced_budget);
-        let acquired = match self.shared.paced.try_acquire_many(cost) {
-            Ok(p) => {
-                p.forget();
-                true
-            }
-            Err(TryAcquireError::NoPermits) => false,
-            Err(TryAcquireError::Closed) => return Err(NbdError::WriterGone),
-        };
-        if !acquired {
-            // Over budget: let the writer drain, then wait for a reply to go.
-            self.kick();
-            match self.shared.paced.acquire_many(cost).await {
-                Ok(p) => p.forget(),
-                Err(_) => return Err(NbdError::WriterGone),
-            }
-        }
+        let cost = self.reserve_paced(DEFERRED_OVERHEAD).await?;
         let dev = self.dev.clone();
         let shared = self.shared.clone();
         let structured = self.limits.structured;
@@ -841,15 +825,12 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         }
     }
 
-    /// Hands a reply to the pacer, to be queued once `clock` reaches `t`.
-    async fn defer(&mut self, t: Nanos, d: Deferred) -> Result<(), NbdError> {
-        let data_len = match &d {
-            Deferred::Data { data, .. } => data.len() as u32,
-            Deferred::Status { .. } => 0,
-        };
-        let cost = DEFERRED_OVERHEAD
-            .saturating_add(data_len)
-            .min(self.shared.paced_budget);
+    /// Takes `want` bytes (at most the whole budget) of the budget of replies
+    /// held back for later; over budget, lets the writer drain and waits for
+    /// held replies to go. Returns what was taken, to give back when the reply
+    /// is pushed.
+    async fn reserve_paced(&mut self, want: u32) -> Result<u32, NbdError> {
+        let cost = want.min(self.shared.paced_budget);
         let acquired = match self.shared.paced.try_acquire_many(cost) {
             Ok(p) => {
                 p.forget();
@@ -859,13 +840,24 @@ impl<R: AsyncRead + Unpin> Conn<R> {
             Err(TryAcquireError::Closed) => return Err(NbdError::WriterGone),
         };
         if !acquired {
-            // Over budget: let the writer drain, then wait for deferred replies.
             self.kick();
             match self.shared.paced.acquire_many(cost).await {
                 Ok(p) => p.forget(),
                 Err(_) => return Err(NbdError::WriterGone),
             }
         }
+        Ok(cost)
+    }
+
+    /// Hands a reply to the pacer, to be queued once `clock` reaches `t`.
+    async fn defer(&mut self, t: Nanos, d: Deferred) -> Result<(), NbdError> {
+        let data_len = match &d {
+            Deferred::Data { data, .. } => data.len() as u32,
+            Deferred::Status { .. } => 0,
+        };
+        let cost = self
+            .reserve_paced(DEFERRED_OVERHEAD.saturating_add(data_len))
+            .await?;
         let shared = self.shared.clone();
         let structured = self.limits.structured;
         let Some(pacer) = &self.pacer else {
