@@ -214,21 +214,13 @@ impl HostManager {
                         .map_err(io_err(format!("creating {}", dir.display())))?;
                 }
             }
-            // Fast mode does not emulate time, so the modelled timelines run
-            // far ahead of the clock; suspension, a timing effect only, is off
-            // there. (With it on, a fast-mode run of fio's verify overflowed a
-            // timeline's arithmetic in `Die::cascade`; emulation mode, where
-            // requests wait for their modelled completion, is not affected.)
-            let mut timing = rec.timing;
-            if config.mode == Mode::Fast {
-                timing.max_suspends = 0;
-            }
-            let dev = FlashDevice::open(&rec.backend, rec.geometry, timing).map_err(|source| {
-                ControlError::Flash {
-                    device: rec.name.clone(),
-                    source,
-                }
-            })?;
+            let dev =
+                FlashDevice::open(&rec.backend, rec.geometry, rec.timing).map_err(|source| {
+                    ControlError::Flash {
+                        device: rec.name.clone(),
+                        source,
+                    }
+                })?;
             if config
                 .devices
                 .iter()
