@@ -28,6 +28,14 @@
 //! byte budget as paced replies, so a connection ends only after their replies
 //! are queued.
 //!
+//! # A device that panics
+//!
+//! Every device call runs inside [`contained`]: a panic in it (a bug in a
+//! layer below) fails that one request with `EIO` and is logged, instead of
+//! unwinding through a half-encoded reply and killing the connection with
+//! garbage on the wire. The client sees a clean error for the request, and its
+//! other requests, and other connections, go on.
+//!
 //! # Emulation mode
 //!
 //! With a pacing clock, the device is still called at once, but a reply whose
@@ -160,6 +168,22 @@ fn put_empty_read(out: &mut OutBuf, cookie: u64) {
     ));
 }
 
+/// Runs one device call; a panic in it becomes an `EIO` error for the request
+/// (see the module docs) and an error in the log.
+pub(crate) fn contained<T>(op: &'static str, f: impl FnOnce() -> IoResult<T>) -> IoResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned());
+        tracing::error!(op, %why, "the device panicked; the request fails with EIO");
+        Err(IoError::Media(format!(
+            "internal error in the device's {op}: {why}"
+        )))
+    })
+}
+
 /// Reads from the device straight into the output buffer, behind the header.
 fn put_read(
     out: &mut OutBuf,
@@ -174,7 +198,7 @@ fn put_read(
     let hlen = read_header_len(structured);
     let slot = out.slot(hlen + len);
     let (hdr, data) = slot.split_at_mut(hlen);
-    match dev.read(offset, data) {
+    match contained("read", || dev.read(offset, data)) {
         Ok(_) if structured && len == 0 => {
             out.used = mark;
             put_empty_read(out, cookie);
@@ -493,7 +517,7 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                 }
                 Decision::Flush => self.sync_then_reply(cookie, 0, Sync::Flush).await?,
                 Decision::Trim { offset, len, fua } => {
-                    let r = self.dev.trim(offset, u64::from(len));
+                    let r = contained("trim", || self.dev.trim(offset, u64::from(len)));
                     self.complete_fua(cookie, r, fua).await?;
                 }
                 Decision::WriteZeroes {
@@ -505,7 +529,9 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                     // A device that implements write_zeroes allocates or not as
                     // it sees fit; either way the range reads back as zeroes, so
                     // NO_HOLE needs no special handling.
-                    let r = self.dev.write_zeroes(offset, u64::from(len), false);
+                    let r = contained("write_zeroes", || {
+                        self.dev.write_zeroes(offset, u64::from(len), false)
+                    });
                     self.complete_fua(cookie, r, fua).await?;
                 }
                 Decision::Cache { .. } => self.status(cookie, Ok(())).await?,
@@ -560,7 +586,9 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         len: u32,
         req_one: bool,
     ) -> Result<(), NbdError> {
-        match self.dev.allocation(offset, u64::from(len)) {
+        match contained("block status", || {
+            self.dev.allocation(offset, u64::from(len))
+        }) {
             Ok(map) => {
                 let descs = proto::status_descriptors(&map, len, req_one);
                 append(&self.shared, &mut self.kick_pending, |out| {
@@ -681,7 +709,7 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                 break;
             }
             let (a, b) = (off as usize, (off + m) as usize);
-            match self.dev.read(offset + off, &mut buf[a..b]) {
+            match contained("read", || self.dev.read(offset + off, &mut buf[a..b])) {
                 Ok(t) => res = res.map(|d| d.max(t)),
                 Err(e) => {
                     res = Err(e);
@@ -766,7 +794,7 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                 &self.wbuf[a..b]
             };
             // FUA's sync comes after, off the reader (see the module docs).
-            match self.dev.write(offset + off, payload, false) {
+            match contained("write", || self.dev.write(offset + off, payload, false)) {
                 Ok(t) => res = res.map(|d| d.max(t)),
                 Err(e) => {
                     res = Err(e);
