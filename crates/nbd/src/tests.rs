@@ -992,7 +992,7 @@ impl BlockDev for Buggy {
         self.0.flush()
     }
     fn trim(&self, _: u64, _: u64) -> IoResult {
-        None::<IoResult>.expect("trim bug")
+        panic!("trim bug")
     }
     fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
         self.0.write_zeroes(offset, len, fua)
