@@ -6,14 +6,24 @@
 //! that the kernel persists even if the process is killed, `sync` is `msync`, and an
 //! erase punches a hole in the data file (the bytes are gone, not just forgotten).
 //!
-//! A tenant's sync ([`Store::sync_ranges`]) writes back only the byte ranges it
-//! changed, and pays for one metadata commit and device cache flush per file,
-//! however many ranges: every range but the last of a file is written back
-//! with `sync_file_range` (no flush), and the last with `msync`, whose fsync of
-//! the inode commits the metadata of all of them (block allocations for the
-//! sparse file) and flushes the device's cache. That relies on the file
-//! system's fsync committing an inode's metadata as a whole, as ext4 and XFS
-//! do; on any other file system each range gets its own `msync`.
+//! A tenant's sync ([`Store::sync_dirty`]) writes back only the byte ranges it
+//! changed, and pays for one metadata commit however many ranges and files:
+//! every range of both files is first written back with `sync_file_range` (no
+//! commit, no flush), then the last range of each file gets an `msync`. The
+//! data file's fsync commits the journal transaction that holds the block
+//! allocations of both files' write-back (sparse files) and flushes the
+//! device's cache; the metadata file's finds that transaction committed and
+//! costs a cache flush at most. (Syncing the files one after the other
+//! committed twice: a flush measured 2 fsyncs of 0.2–8 ms each.) That relies
+//! on the file system's fsync committing an inode's metadata as a whole, as
+//! ext4 and XFS do; on any other file system each range gets its own `msync`.
+//!
+//! The metadata file (about 1% of the data file) has every block allocated
+//! (its holes are filled with zeros when it is opened), so its write-back
+//! changes no file-system metadata: when the data file has ranges to sync,
+//! the metadata file's pages, written back first, are made durable by the
+//! data file's fsync's cache flush, and only that one fsync is issued. The
+//! data file stays sparse, and an erase punches a hole in it.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -178,6 +188,9 @@ impl Store {
                         ));
                     }
                 }
+                // Before mapping: a metadata file with every block allocated
+                // never needs a journal commit to sync (see the module docs).
+                fill_holes(&meta_file, meta_len)?;
                 let meta = MmapOptions::new().len(meta_len).map_raw(&meta_file)?;
                 let data = MmapOptions::new().len(data_len).map_raw(&data_file)?;
                 let inode_fsync = whole_inode_fsync(&data_file) && whole_inode_fsync(&meta_file);
@@ -351,41 +364,110 @@ impl Store {
                 meta.push((self.erase_off + b as usize * 4, 4));
             }
         }
-        self.sync_ranges(data_file, &self.data, coalesce(data, OS_PAGE))?;
-        self.sync_ranges(meta_file, &self.meta, coalesce(meta, OS_PAGE))
-    }
-
-    /// Syncs page-aligned, sorted, disjoint `ranges` of `map` (a mapping of
-    /// `file`); see the module docs for the one-commit scheme.
-    fn sync_ranges(&self, file: &File, map: &MmapRaw, ranges: Vec<(usize, usize)>) -> Result<()> {
-        use std::os::fd::AsRawFd;
-        let Some((&last, rest)) = ranges.split_last() else {
-            return Ok(());
-        };
-        for &(off, len) in rest {
-            if self.inode_fsync {
-                let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                    | libc::SYNC_FILE_RANGE_WRITE
-                    | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-                // SAFETY: a syscall on our own descriptor with in-file ranges.
-                let rc = unsafe {
-                    libc::sync_file_range(
-                        file.as_raw_fd(),
-                        off as libc::off64_t,
-                        len as libc::off64_t,
-                        flags,
-                    )
-                };
-                if rc != 0 {
-                    return Err(std::io::Error::last_os_error().into());
+        let data = coalesce(data, OS_PAGE);
+        let meta = coalesce(meta, OS_PAGE);
+        if !self.inode_fsync {
+            // Each range its own msync (see the module docs).
+            for (map, ranges) in [(&self.data, &data), (&self.meta, &meta)] {
+                for &(off, len) in ranges {
+                    map.flush_range(off, len)?;
                 }
-            } else {
-                map.flush_range(off, len)?;
             }
+            return Ok(());
         }
-        map.flush_range(last.0, last.1)?;
+        // Both files' pages first, then one commit: the blocks their write-back
+        // allocates join the journal transaction that the data file's msync
+        // commits, and the metadata file's msync finds it committed (a device
+        // cache flush at most), instead of committing a second one.
+        write_back(data_file, &data)?;
+        write_back(meta_file, &meta)?;
+        match (data.last(), meta.last()) {
+            // The metadata file is fully allocated (`fill_holes`), so its pages,
+            // written back and complete, need no commit: the cache flush of the
+            // data file's fsync, which comes after them, makes them durable too.
+            (Some(&(off, len)), _) => self.data.flush_range(off, len)?,
+            (None, Some(&(off, len))) => self.meta.flush_range(off, len)?,
+            (None, None) => {}
+        }
         Ok(())
     }
+}
+
+/// Writes zeros into every hole of the first `len` bytes of `file` (which read
+/// as zeros already, so no content changes) and syncs it if it wrote any, so
+/// that later writes to it allocate nothing. Metadata files made by earlier
+/// releases were sparse; new ones are filled when created.
+fn fill_holes(file: &File, len: usize) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let fd = file.as_raw_fd();
+    let zeros = vec![0u8; 1 << 20];
+    let mut wrote = false;
+    let mut pos = 0usize;
+    while pos < len {
+        // SAFETY: lseek on our own descriptor.
+        let hole = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_HOLE) };
+        if hole < 0 {
+            // No SEEK_HOLE on this file system: rewrite the rest (below).
+            break;
+        }
+        let hole = (hole as usize).min(len);
+        if hole >= len {
+            pos = len;
+            break;
+        }
+        // SAFETY: as above.
+        let data = unsafe { libc::lseek(fd, hole as libc::off_t, libc::SEEK_DATA) };
+        let end = if data < 0 { len } else { (data as usize).min(len) };
+        let mut off = hole;
+        while off < end {
+            let n = (end - off).min(zeros.len());
+            file.write_all_at(&zeros[..n], off as u64)?;
+            off += n;
+        }
+        wrote = true;
+        pos = end;
+    }
+    if pos < len {
+        let mut off = pos;
+        while off < len {
+            let n = (len - off).min(zeros.len());
+            // Rewriting what is there allocates whatever was a hole.
+            let mut cur = vec![0u8; n];
+            file.read_exact_at(&mut cur, off as u64)?;
+            file.write_all_at(&cur, off as u64)?;
+            off += n;
+        }
+        wrote = true;
+    }
+    if wrote {
+        file.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Writes back page-aligned `ranges` of `file` and waits for them, without a
+/// metadata commit or a device cache flush (`sync_file_range`).
+fn write_back(file: &File, ranges: &[(usize, usize)]) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    for &(off, len) in ranges {
+        // SAFETY: a syscall on our own descriptor with in-file ranges.
+        let rc = unsafe {
+            libc::sync_file_range(
+                file.as_raw_fd(),
+                off as libc::off64_t,
+                len as libc::off64_t,
+                flags,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+    }
+    Ok(())
 }
 
 /// The metadata file that goes with a data file.
