@@ -444,6 +444,16 @@ impl Ledger {
         }
     }
 
+    /// Marks line `line` (a line key) clean and queues it for write-back if
+    /// it was dirty; says whether it was.
+    pub fn clean(&mut self, line: Key) -> bool {
+        let was = self.dirty.remove(&line.raw());
+        if was {
+            self.writeback.push(line);
+        }
+        was
+    }
+
     /// Marks every dirty line clean and queues it for write-back (a flush,
     /// or a policy change). Returns the lines, sorted.
     pub fn clean_all(&mut self) -> Vec<Key> {
