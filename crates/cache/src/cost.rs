@@ -596,7 +596,15 @@ mod tests {
     #[test]
     fn runs_merge_contiguous_lines_of_one_space_and_long_runs_split() {
         let k = |s, l| Key::new(s, l).unwrap();
-        let mut keys = vec![k(0, 5), k(1, 6), k(0, 3), k(0, 4), k(0, 4), k(1, 8), k(0, 9)];
+        let mut keys = vec![
+            k(0, 5),
+            k(1, 6),
+            k(0, 3),
+            k(0, 4),
+            k(0, 4),
+            k(1, 8),
+            k(0, 9),
+        ];
         let mut out = Vec::new();
         runs(&mut keys, &mut out);
         let got: Vec<(u32, u64, u64)> = out.iter().map(|r| (r.space, r.first, r.lines)).collect();
@@ -633,7 +641,10 @@ mod tests {
             assert_eq!(*moves.last().unwrap(), (Move::Fill, 7, 1, 128 << 10));
             assert_eq!(l.dirty_lines(), 0);
         }
-        assert_eq!("write-back".parse::<WritePolicy>().unwrap(), WritePolicy::WriteBack);
+        assert_eq!(
+            "write-back".parse::<WritePolicy>().unwrap(),
+            WritePolicy::WriteBack
+        );
         assert!("lazy".parse::<WritePolicy>().is_err());
         assert_eq!(WritePolicy::default(), WritePolicy::WriteThrough);
     }

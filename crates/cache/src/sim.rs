@@ -185,14 +185,18 @@ pub struct TenantResult {
     pub writebacks: u64,
     /// Lines migrated into the cache at epoch ends.
     pub migrated_lines: u64,
-    /// Device operations caused, for the cost.
+    /// Device operations caused, for the cost (content moves included).
     pub ops: OpCounts,
+    /// The part of `ops` that moved content: write-backs and migrations.
+    pub move_ops: OpCounts,
     /// Device operations with no cache (every request to the HDD).
     pub baseline_ops: OpCounts,
     /// IO cost in µs (see [`crate::cost`]).
     pub cost_us: f64,
     /// IO cost with no cache, µs.
     pub baseline_cost_us: f64,
+    /// The part of `cost_us` spent moving content (write-backs, migrations).
+    pub move_cost_us: f64,
     /// Hits over all block accesses.
     pub hit_ratio: Option<f64>,
     /// Read hits over block reads.
@@ -230,12 +234,14 @@ impl TenantResult {
         self.writebacks += o.writebacks;
         self.migrated_lines += o.migrated_lines;
         self.ops.merge(&o.ops);
+        self.move_ops.merge(&o.move_ops);
         self.baseline_ops.merge(&o.baseline_ops);
     }
 
     fn finish(&mut self, cost: &CostModel) {
         self.cost_us = cost.cost_us(&self.ops);
         self.baseline_cost_us = cost.cost_us(&self.baseline_ops);
+        self.move_cost_us = cost.cost_us(&self.move_ops);
         self.hit_ratio = ratio(self.hits(), self.accesses());
         self.read_hit_ratio = ratio(self.read_hits, self.read_hits + self.read_misses);
         self.write_hit_ratio = ratio(self.write_hits, self.write_hits + self.write_misses);
@@ -504,7 +510,11 @@ fn settle<P: CachePolicy>(
 ) {
     ledger.events(
         ev,
-        |k| p.contains(Key::from_raw((k.raw() & !MAX_LINE) | (k.line() * line_blocks))),
+        |k| {
+            p.contains(Key::from_raw(
+                (k.raw() & !MAX_LINE) | (k.line() * line_blocks),
+            ))
+        },
         |k, e| {
             let t = &mut acc[space_tenant[k.space() as usize] as usize];
             match e {
@@ -626,7 +636,9 @@ fn replay<P: CachePolicy>(
         ledger.charge_request(&tally, &mut t.ops);
         let space_tenant = &merge.space_tenant;
         ledger.drain_moves(|m, run, bytes| {
-            m.charge(bytes, &mut acc[space_tenant[run.space as usize] as usize].ops)
+            let t = &mut acc[space_tenant[run.space as usize] as usize];
+            m.charge(bytes, &mut t.ops);
+            m.charge(bytes, &mut t.move_ops);
         });
     }
     progress.requests(unreported);

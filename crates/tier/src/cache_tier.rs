@@ -578,7 +578,11 @@ impl CacheTier {
                 st.policy.contains(k),
                 "block {k} is cached but not in the policy"
             );
-            if !data || st.ledger.is_dirty(k.coarsen(st.line_blocks.trailing_zeros())) {
+            if !data
+                || st
+                    .ledger
+                    .is_dirty(k.coarsen(st.line_blocks.trailing_zeros()))
+            {
                 continue;
             }
             let m = &sh.vols[k.space() as usize];
@@ -752,13 +756,19 @@ impl Shared {
                 while j < blocks.len() && blocks[j].0.line() == blocks[j - 1].0.line() + 1 {
                     j += 1;
                 }
-                let data: Vec<u8> = blocks[i..j].iter().flat_map(|(_, d)| d.iter().copied()).collect();
+                let data: Vec<u8> = blocks[i..j]
+                    .iter()
+                    .flat_map(|(_, d)| d.iter().copied())
+                    .collect();
                 let at = self.vol(v).base + blocks[i].0.line() * B;
                 done = done.max(self.backing.write(at, &data, false)?);
                 i = j;
             }
         }
-        debug_assert!(st.pending.is_empty(), "pending blocks outside any write-back run");
+        debug_assert!(
+            st.pending.is_empty(),
+            "pending blocks outside any write-back run"
+        );
         st.pending.clear();
         Ok(done)
     }
@@ -967,7 +977,12 @@ impl Shared {
                 let k = key(v, block);
                 if admitted && st.policy.contains(k) && !st.map.contains_key(&k) {
                     if st.line_blocks == 1 {
-                        done = done.max(self.install(&mut st, v, block, &span[from..from + B as usize])?);
+                        done = done.max(self.install(
+                            &mut st,
+                            v,
+                            block,
+                            &span[from..from + B as usize],
+                        )?);
                     } else {
                         let first = block / st.line_blocks * st.line_blocks;
                         done = done.max(self.fill_line(&mut st, v, first)?.1);
@@ -1160,8 +1175,7 @@ impl BlockDev for TierVolume {
     fn allocation(&self, offset: u64, len: u64) -> IoResult<Vec<MapExtent>> {
         let m = self.shared.vol(self.index);
         check_range(offset, len, m.size)?;
-        self.shared
-            .write_back_all(&mut self.shared.state.lock())?;
+        self.shared.write_back_all(&mut self.shared.state.lock())?;
         self.shared.backing.allocation(m.base + offset, len)
     }
 }

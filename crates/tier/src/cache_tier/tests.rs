@@ -23,7 +23,14 @@ struct Rig {
 }
 
 fn rig(policy: PolicyKind, cfg: PolicyConfig, cache_bytes: u64, device: u64, vols: &[u64]) -> Rig {
-    rig_with(policy, cfg, cache_bytes, device, vols, WritePolicy::WriteThrough)
+    rig_with(
+        policy,
+        cfg,
+        cache_bytes,
+        device,
+        vols,
+        WritePolicy::WriteThrough,
+    )
 }
 
 fn rig_with(
