@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{bail, Context, Result};
 use cache::sim::{run_matrix_with_progress, FileSource, Progress, Source};
-use cache::{CostModel, PolicyConfig, PolicyKind, RunResult, SimConfig};
+use cache::{CostModel, PolicyConfig, PolicyKind, RunResult, SimConfig, WritePolicy};
 use clap::Args;
 use clock::Clock;
 use control::parse_size;
@@ -58,6 +58,12 @@ pub struct CacheArgs {
     /// policy config; default 300).
     #[arg(long, value_name = "SECONDS")]
     pub epoch: Option<f64>,
+    /// How writes reach the disk: write-through (every write goes to the
+    /// HDD too; nothing is ever dirty; the live tier's default) or write-back
+    /// (writes that hit or are admitted stay in the SSD until their line is
+    /// evicted, then are written back, contiguous lines together).
+    #[arg(long, value_name = "POLICY", default_value = "write-through", value_parser = parse_write_policy)]
+    pub write_policy: WritePolicy,
     /// Stretch every tenant's timeline to this many seconds, so that traces of
     /// different lengths overlap for the whole run.
     #[arg(long, value_name = "SECONDS")]
@@ -75,6 +81,10 @@ pub struct CacheArgs {
 
 fn read_file(path: &Path, what: &str) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("read {what} {}", path.display()))
+}
+
+fn parse_write_policy(s: &str) -> Result<WritePolicy, String> {
+    s.parse().map_err(|e: cache::CacheError| e.to_string())
 }
 
 /// Parses `--cache-size`; every size must be positive.
@@ -111,6 +121,7 @@ fn config(a: &CacheArgs) -> Result<SimConfig> {
     let cfg = SimConfig {
         policy,
         cost,
+        write_policy: a.write_policy,
         span_secs: a.span,
     };
     cfg.validate()?;
@@ -177,7 +188,7 @@ pub fn run(a: &CacheArgs, wall: &dyn Clock) -> Result<()> {
     progress.bar.finish_and_clear();
     let results = results?;
     if let Some(p) = &a.csv {
-        std::fs::write(p, csv(&a.label, &results))
+        std::fs::write(p, csv(&a.label, a.write_policy, &results))
             .with_context(|| format!("write {}", p.display()))?;
     }
     if let Some(p) = &a.plot {
@@ -249,16 +260,16 @@ fn opt(v: Option<f64>) -> String {
 }
 
 /// Long CSV: one row per (policy, size, tenant), the total included.
-fn csv(label: &str, results: &[RunResult]) -> String {
+fn csv(label: &str, write_policy: WritePolicy, results: &[RunResult]) -> String {
     let mut s = String::from(
-        "label,policy,cache_bytes,cache_mib,tenant,requests,accesses,read_hits,read_misses,write_hits,write_misses,hit_ratio,read_hit_ratio,write_hit_ratio,cost_us,baseline_cost_us,normalised_cost,evicted_lines,writebacks,migrated_lines,elapsed_s,requests_per_s\n",
+        "label,policy,cache_bytes,cache_mib,tenant,requests,accesses,read_hits,read_misses,write_hits,write_misses,hit_ratio,read_hit_ratio,write_hit_ratio,cost_us,baseline_cost_us,normalised_cost,move_cost_us,evicted_lines,writebacks,migrated_lines,elapsed_s,requests_per_s,write_policy\n",
     );
     for r in results {
         for t in r.tenants.iter().chain(std::iter::once(&r.total)) {
             let timed = t.name == "total";
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.1},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.1},{},{:.1},{},{},{},{},{},{}",
                 label,
                 r.policy,
                 r.cache_bytes,
@@ -276,6 +287,7 @@ fn csv(label: &str, results: &[RunResult]) -> String {
                 t.cost_us,
                 t.baseline_cost_us,
                 opt(t.normalised_cost),
+                t.move_cost_us,
                 t.evicted_lines,
                 t.writebacks,
                 t.migrated_lines,
@@ -291,6 +303,7 @@ fn csv(label: &str, results: &[RunResult]) -> String {
                 } else {
                     String::new()
                 },
+                write_policy,
             );
         }
     }
@@ -460,9 +473,12 @@ mod tests {
             "0.5",
             "--label",
             "mix",
+            "--write-policy",
+            "write-back",
         ]);
         run(&a, &clock::VirtualClock::new(0)).unwrap();
         let text = std::fs::read_to_string(&csv_path).unwrap();
+        assert!(text.lines().nth(1).unwrap().ends_with(",write-back"));
         // 2 policies x 2 sizes x (2 tenants + total) rows + header.
         assert_eq!(text.lines().count(), 1 + 2 * 2 * 3);
         assert!(text

@@ -18,26 +18,104 @@
 //!   14.5 ms and a 128 KiB one 15.6 ms, for reads and writes alike.
 //!
 //! An IO of `b` bytes costs the straight line through the two points
-//! (4 KiB, `*_4k_us`) and (128 KiB, `*_128k_us`), extended beyond them. What
-//! is charged ([`crate::sim`] applies it per request):
+//! (4 KiB, `*_4k_us`) and (128 KiB, `*_128k_us`), extended beyond them: the
+//! intercept is the per-IO cost (for the HDD, seek and rotation), the slope
+//! the transfer. A *sequential run* of `b` bytes, contiguous on disk, is
+//! charged as one IO of its size, split into IOs of at most
+//! [`MAX_IO_BYTES`] (1 MiB) each: the seek is paid once per 1 MiB, not once
+//! per line. That is the paper's definition (Section IV-C: "SSD/HDD access and
+//! SSD-HDD contents updating latencies", measured "under 4KB and 128KB cache
+//! lines") applied to what a cache actually issues.
+//!
+//! What is charged, per request ([`Ledger::charge_request`]) and per set of
+//! content moves ([`Ledger::drain_moves`]); the simulator ([`crate::sim`])
+//! and the live tier (crate `tier`) both charge through a [`Ledger`]:
 //!
 //! | event | charge |
 //! |---|---|
-//! | read hit | SSD read of the hit blocks |
-//! | read miss | HDD read of the missed blocks, plus an SSD write of the admitted lines (fill) |
-//! | write hit, or write miss that is admitted | SSD write (the line is then dirty) |
-//! | write miss not admitted (coarse policies) | HDD write |
-//! | eviction of a dirty line | SSD read + HDD write of the line |
-//! | migration of a line into the cache (coarse policies' epoch updates) | HDD read + SSD write of the line |
+//! | read hit | one SSD read of the request's hit blocks |
+//! | read miss | one HDD read spanning the request's first to last missed block (a cache reads the gap rather than seek twice), plus one SSD write of the admitted lines (fill) |
+//! | write, [`WritePolicy::WriteThrough`] | one HDD write of the request (as with no cache), plus one SSD write of its blocks that hit or were admitted |
+//! | write, [`WritePolicy::WriteBack`] | one SSD write of the blocks that hit or were admitted (their lines become dirty), plus one HDD write spanning the first to last block that was neither |
+//! | dirty lines evicted while serving one request (write-back) | per run of lines contiguous on disk: one SSD read and one HDD write of the run (coalesced write-back) |
+//! | lines migrated into the cache while serving one request (coarse policies' epoch ends) | per run of contiguous lines (a 1 MiB bin is one run of eight 128 KiB lines): one HDD read and one SSD write of the run |
+//!
+//! A clean line that leaves the cache costs nothing. Only the 4 KiB-line
+//! policies admit on a miss, so the fill of an admitted line is the block the
+//! miss read anyway.
 //!
 //! The *normalised* cost divides by the cost of the same requests with no
-//! cache at all (every request one HDD IO of its size), so 1.0 means the cache
-//! saved nothing and values above 1.0 mean its content updates cost more than
-//! its hits saved.
+//! cache at all (every request one HDD IO of its size, split at
+//! [`MAX_IO_BYTES`]), so 1.0 means the cache saved nothing and values above
+//! 1.0 mean its content updates cost more than its hits saved. Under
+//! write-through the cost exceeds that only by SSD operations (a few percent
+//! at most) and by content migrations; under write-back it can exceed it when
+//! dirty lines are evicted in scattered order, each then its own HDD write
+//! where the requests that dirtied them may have been one.
 
+use std::fmt;
+use std::str::FromStr;
+
+use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
 
-use crate::CacheError;
+use crate::{CacheError, Events, Key, Outcome, BLOCK_BYTES};
+
+/// Largest single device IO the model charges: a longer sequential run is
+/// charged as several IOs of at most this size (a typical maximum transfer
+/// of a block device queue, and the paper's bin size).
+pub const MAX_IO_BYTES: u64 = 1 << 20;
+
+/// How writes reach the disk.
+///
+/// The default is [`WritePolicy::WriteThrough`]: the live tier rebuilds its
+/// cache cold at every start, so write-through is the setting that never
+/// leaves the only copy of data in the cache. The simulator takes the same
+/// default so that both agree unless told otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WritePolicy {
+    /// Every write goes to the HDD; blocks that hit or are admitted are also
+    /// updated in the SSD. Nothing is ever dirty.
+    #[default]
+    WriteThrough,
+    /// Writes that hit or are admitted go to the SSD only and leave their
+    /// line dirty; a dirty line is written back when it leaves the cache.
+    /// Writes that neither hit nor are admitted go to the HDD.
+    WriteBack,
+}
+
+impl WritePolicy {
+    /// Both, in a fixed order.
+    pub const ALL: [WritePolicy; 2] = [WritePolicy::WriteThrough, WritePolicy::WriteBack];
+
+    /// The name used in configurations and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            WritePolicy::WriteThrough => "write-through",
+            WritePolicy::WriteBack => "write-back",
+        }
+    }
+}
+
+impl fmt::Display for WritePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for WritePolicy {
+    type Err = CacheError;
+    fn from_str(s: &str) -> Result<Self, CacheError> {
+        match s.to_ascii_lowercase().replace('_', "-").as_str() {
+            "write-through" | "through" | "wt" => Ok(WritePolicy::WriteThrough),
+            "write-back" | "back" | "wb" => Ok(WritePolicy::WriteBack),
+            _ => Err(CacheError::Config(format!(
+                "unknown write policy {s:?}, expected write-through or write-back"
+            ))),
+        }
+    }
+}
 
 const SMALL: f64 = 4096.0;
 const LARGE: f64 = 131072.0;
@@ -109,11 +187,320 @@ impl OpCounts {
         self.bytes[op as usize] += bytes;
     }
 
+    /// Records a sequential run of `bytes`: one operation per started
+    /// [`MAX_IO_BYTES`]. Nothing for zero bytes.
+    #[inline]
+    pub fn add_run(&mut self, op: DevOp, bytes: u64) {
+        if bytes > 0 {
+            self.ops[op as usize] += bytes.div_ceil(MAX_IO_BYTES);
+            self.bytes[op as usize] += bytes;
+        }
+    }
+
     /// Adds `other` into `self`.
     pub fn merge(&mut self, other: &OpCounts) {
         for i in 0..4 {
             self.ops[i] += other.ops[i];
             self.bytes[i] += other.bytes[i];
+        }
+    }
+}
+
+/// Lines contiguous on disk: `lines` lines of address space `space` from
+/// line `first` on (in the policy's line units).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// The address space.
+    pub space: u32,
+    /// First line.
+    pub first: u64,
+    /// Number of lines, at least one.
+    pub lines: u64,
+}
+
+/// Sorts `keys` (line keys), drops duplicates and appends the runs of
+/// consecutive lines of one space to `out`.
+pub fn runs(keys: &mut [Key], out: &mut Vec<Run>) {
+    keys.sort_unstable();
+    let mut cur: Option<Run> = None;
+    for &k in keys.iter() {
+        match &mut cur {
+            Some(r) if r.space == k.space() && r.first + r.lines == k.line() => r.lines += 1,
+            Some(r) if r.space == k.space() && r.first + r.lines > k.line() => {}
+            _ => {
+                if let Some(r) = cur.take() {
+                    out.push(r);
+                }
+                cur = Some(Run {
+                    space: k.space(),
+                    first: k.line(),
+                    lines: 1,
+                });
+            }
+        }
+    }
+    out.extend(cur);
+}
+
+/// What one request did, block by block, as far as the cost is concerned.
+/// Fill it with [`RequestTally::block`] in block order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestTally {
+    /// A write rather than a read.
+    pub write: bool,
+    /// Blocks the request touches.
+    pub blocks: u64,
+    /// Blocks that hit.
+    pub hits: u64,
+    /// Blocks that missed.
+    pub misses: u64,
+    /// Missed blocks whose line was admitted on the miss.
+    pub admitted: u64,
+    /// First and last missed block (index within the request).
+    pub miss_span: Option<(u64, u64)>,
+    /// First and last block that neither hit nor was admitted.
+    pub bypass_span: Option<(u64, u64)>,
+}
+
+fn widen(span: &mut Option<(u64, u64)>, i: u64) {
+    *span = Some(match *span {
+        None => (i, i),
+        Some((a, b)) => (a.min(i), b.max(i)),
+    });
+}
+
+fn span_blocks(span: Option<(u64, u64)>) -> u64 {
+    span.map_or(0, |(a, b)| b - a + 1)
+}
+
+impl RequestTally {
+    /// A tally for a read (`write == false`) or write request.
+    pub fn new(write: bool) -> Self {
+        RequestTally {
+            write,
+            ..RequestTally::default()
+        }
+    }
+
+    /// Records the next block of the request: a hit, or a miss whose line was
+    /// admitted or not.
+    #[inline]
+    pub fn block(&mut self, hit: bool, admitted: bool) {
+        let i = self.blocks;
+        self.blocks += 1;
+        if hit {
+            self.hits += 1;
+            return;
+        }
+        self.misses += 1;
+        widen(&mut self.miss_span, i);
+        if admitted {
+            self.admitted += 1;
+        } else {
+            widen(&mut self.bypass_span, i);
+        }
+    }
+
+    /// Charges the request with no cache: one HDD IO of its size.
+    pub fn charge_baseline(&self, ops: &mut OpCounts) {
+        let op = if self.write {
+            DevOp::HddWrite
+        } else {
+            DevOp::HddRead
+        };
+        ops.add_run(op, self.blocks * BLOCK_BYTES);
+    }
+}
+
+/// Kind of a content move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Move {
+    /// Dirty lines written back to the HDD as they left the cache.
+    WriteBack,
+    /// Lines copied from the HDD into the cache ahead of use (migration).
+    Fill,
+}
+
+impl Move {
+    /// Charges a move of `bytes` (one run) to `ops`.
+    pub fn charge(self, bytes: u64, ops: &mut OpCounts) {
+        match self {
+            Move::WriteBack => {
+                ops.add_run(DevOp::SsdRead, bytes);
+                ops.add_run(DevOp::HddWrite, bytes);
+            }
+            Move::Fill => {
+                ops.add_run(DevOp::HddRead, bytes);
+                ops.add_run(DevOp::SsdWrite, bytes);
+            }
+        }
+    }
+}
+
+/// What a line event was, as [`Ledger::events`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineEvent {
+    /// A clean line left the cache.
+    Evicted,
+    /// A dirty line left the cache (it will be written back).
+    EvictedDirty,
+    /// A line was migrated into the cache.
+    Migrated,
+}
+
+/// The cost bookkeeping shared by the simulator and the live tier: which
+/// lines are dirty, and which content moves one request caused, merged into
+/// runs when the request is done. One per policy instance.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    write_policy: WritePolicy,
+    line_blocks: u64,
+    shift: u32,
+    dirty: FxHashSet<u64>,
+    writeback: Vec<Key>,
+    fills: Vec<Key>,
+    runs: Vec<Run>,
+}
+
+impl Ledger {
+    /// A ledger for a policy of `line_blocks` blocks per line (a power of two).
+    pub fn new(write_policy: WritePolicy, line_blocks: u64) -> Ledger {
+        debug_assert!(line_blocks.is_power_of_two());
+        Ledger {
+            write_policy,
+            line_blocks,
+            shift: line_blocks.trailing_zeros(),
+            dirty: FxHashSet::default(),
+            writeback: Vec::new(),
+            fills: Vec::new(),
+            runs: Vec::new(),
+        }
+    }
+
+    /// The write policy.
+    pub fn write_policy(&self) -> WritePolicy {
+        self.write_policy
+    }
+
+    /// Bytes per line.
+    pub fn line_bytes(&self) -> u64 {
+        self.line_blocks * BLOCK_BYTES
+    }
+
+    /// Records a block write that hit or was admitted: under write-back its
+    /// line is dirty from now on. `block` is a block key.
+    #[inline]
+    pub fn wrote(&mut self, block: Key) {
+        if self.write_policy == WritePolicy::WriteBack {
+            self.dirty.insert(block.coarsen(self.shift).raw());
+        }
+    }
+
+    /// [`Ledger::wrote`] for a write access whose outcome was `o`.
+    #[inline]
+    pub fn access(&mut self, block: Key, write: bool, o: Outcome) {
+        if write && (o.hit || o.admitted) {
+            self.wrote(block);
+        }
+    }
+
+    /// Whether line `line` (a line key) is dirty.
+    pub fn is_dirty(&self, line: Key) -> bool {
+        self.dirty.contains(&line.raw())
+    }
+
+    /// Lines dirty now.
+    pub fn dirty_lines(&self) -> usize {
+        self.dirty.len()
+    }
+
+    /// Takes the events of one policy call: each evicted line that is still
+    /// out of the cache and each migrated line that is still in it (an event
+    /// list does not say in which order things happened; `cached` answers for
+    /// a line key) is reported to `on`, and a dirty evicted line is queued for
+    /// write-back. Does not clear `ev`.
+    pub fn events(
+        &mut self,
+        ev: &Events,
+        cached: impl Fn(Key) -> bool,
+        mut on: impl FnMut(Key, LineEvent),
+    ) {
+        for &k in &ev.evicted {
+            if cached(k) {
+                continue;
+            }
+            if self.dirty.remove(&k.raw()) {
+                self.writeback.push(k);
+                on(k, LineEvent::EvictedDirty);
+            } else {
+                on(k, LineEvent::Evicted);
+            }
+        }
+        for &k in &ev.migrated_in {
+            if cached(k) {
+                self.fills.push(k);
+                on(k, LineEvent::Migrated);
+            }
+        }
+    }
+
+    /// Marks line `line` (a line key) clean and queues it for write-back if
+    /// it was dirty; says whether it was.
+    pub fn clean(&mut self, line: Key) -> bool {
+        let was = self.dirty.remove(&line.raw());
+        if was {
+            self.writeback.push(line);
+        }
+        was
+    }
+
+    /// Marks every dirty line clean and queues it for write-back (a flush,
+    /// or a policy change). Returns the lines, sorted.
+    pub fn clean_all(&mut self) -> Vec<Key> {
+        let mut lines: Vec<Key> = self.dirty.drain().map(Key::from_raw).collect();
+        lines.sort_unstable();
+        self.writeback.extend_from_slice(&lines);
+        lines
+    }
+
+    /// Charges one request's own IOs (not the content moves) to `ops`.
+    pub fn charge_request(&self, t: &RequestTally, ops: &mut OpCounts) {
+        if t.blocks == 0 {
+            return;
+        }
+        if t.write {
+            ops.add_run(DevOp::SsdWrite, (t.hits + t.admitted) * BLOCK_BYTES);
+            match self.write_policy {
+                WritePolicy::WriteThrough => ops.add_run(DevOp::HddWrite, t.blocks * BLOCK_BYTES),
+                WritePolicy::WriteBack => {
+                    ops.add_run(DevOp::HddWrite, span_blocks(t.bypass_span) * BLOCK_BYTES)
+                }
+            }
+        } else {
+            ops.add_run(DevOp::SsdRead, t.hits * BLOCK_BYTES);
+            ops.add_run(DevOp::HddRead, span_blocks(t.miss_span) * BLOCK_BYTES);
+            ops.add_run(DevOp::SsdWrite, t.admitted * self.line_bytes());
+        }
+    }
+
+    /// Hands the content moves queued since the last call to `f`, merged
+    /// into runs of contiguous lines (write-backs first), with the bytes to
+    /// charge for each (see [`Move::charge`]), and forgets them.
+    pub fn drain_moves(&mut self, mut f: impl FnMut(Move, Run, u64)) {
+        let line_bytes = self.line_bytes();
+        for (m, keys) in [
+            (Move::WriteBack, &mut self.writeback),
+            (Move::Fill, &mut self.fills),
+        ] {
+            if keys.is_empty() {
+                continue;
+            }
+            self.runs.clear();
+            runs(keys, &mut self.runs);
+            keys.clear();
+            for r in &self.runs {
+                f(m, *r, r.lines * line_bytes);
+            }
         }
     }
 }
@@ -204,6 +591,62 @@ mod tests {
             + m.latency_us(DevOp::HddRead, 131072)
             + m.latency_us(DevOp::SsdWrite, 65536);
         assert!((m.cost_us(&c) - direct).abs() < 1e-6);
+    }
+
+    #[test]
+    fn runs_merge_contiguous_lines_of_one_space_and_long_runs_split() {
+        let k = |s, l| Key::new(s, l).unwrap();
+        let mut keys = vec![
+            k(0, 5),
+            k(1, 6),
+            k(0, 3),
+            k(0, 4),
+            k(0, 4),
+            k(1, 8),
+            k(0, 9),
+        ];
+        let mut out = Vec::new();
+        runs(&mut keys, &mut out);
+        let got: Vec<(u32, u64, u64)> = out.iter().map(|r| (r.space, r.first, r.lines)).collect();
+        assert_eq!(got, vec![(0, 3, 3), (0, 9, 1), (1, 6, 1), (1, 8, 1)]);
+        let mut c = OpCounts::default();
+        c.add_run(DevOp::HddWrite, MAX_IO_BYTES * 2 + 1);
+        c.add_run(DevOp::HddWrite, 0);
+        assert_eq!((c.ops[3], c.bytes[3]), (3, MAX_IO_BYTES * 2 + 1));
+    }
+
+    #[test]
+    fn ledger_tracks_dirty_lines_only_under_write_back() {
+        let blk = |l| Key::new(0, l).unwrap();
+        for wp in WritePolicy::ALL {
+            let mut l = Ledger::new(wp, 32);
+            l.wrote(blk(33)); // line 1
+            l.wrote(blk(64)); // line 2
+            let ev = Events {
+                evicted: vec![Key::new(0, 1).unwrap(), Key::new(0, 2).unwrap()],
+                migrated_in: vec![Key::new(0, 7).unwrap()],
+            };
+            let mut seen = Vec::new();
+            l.events(&ev, |k| k.line() == 7, |k, e| seen.push((k.line(), e)));
+            let mut moves = Vec::new();
+            l.drain_moves(|m, r, b| moves.push((m, r.first, r.lines, b)));
+            if wp == WritePolicy::WriteBack {
+                assert_eq!(seen[0], (1, LineEvent::EvictedDirty));
+                assert_eq!(moves[0], (Move::WriteBack, 1, 2, 256 << 10));
+            } else {
+                assert_eq!(seen[0], (1, LineEvent::Evicted));
+                assert_eq!(moves[0].0, Move::Fill);
+            }
+            assert_eq!(seen[2], (7, LineEvent::Migrated));
+            assert_eq!(*moves.last().unwrap(), (Move::Fill, 7, 1, 128 << 10));
+            assert_eq!(l.dirty_lines(), 0);
+        }
+        assert_eq!(
+            "write-back".parse::<WritePolicy>().unwrap(),
+            WritePolicy::WriteBack
+        );
+        assert!("lazy".parse::<WritePolicy>().is_err());
+        assert_eq!(WritePolicy::default(), WritePolicy::WriteThrough);
     }
 
     #[test]

@@ -41,7 +41,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 pub use characterise::{characterise, WorkloadStats};
-pub use cost::CostModel;
+pub use cost::{CostModel, Ledger, WritePolicy};
 pub use sim::{RunResult, SimConfig, TenantResult};
 
 /// Size of the addressing unit, the block: 4 KiB, the paper's fine cache line.

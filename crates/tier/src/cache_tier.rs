@@ -17,12 +17,38 @@
 //! A policy of capacity `C` lines of `L` blocks never holds more than `C * L`
 //! blocks, and the tier never sets `C * L` above the device's slot count, so a
 //! free slot is always there.
+//!
+//! Writes follow the tier's [`WritePolicy`]:
+//! * **write-through** (the default): every write goes to the backing store
+//!   first, then to the cached copies of its blocks; the cache never holds the
+//!   only copy of anything;
+//! * **write-back**: a write that hits, or whose line is admitted, goes to the
+//!   cache only and leaves its line dirty; the rest of the request goes to the
+//!   backing store in one write spanning it. A dirty line that leaves the
+//!   cache is copied out of its slots at once, and when the request that
+//!   evicted it is done, the dirty lines it evicted are written back in runs
+//!   of lines contiguous on disk, one backing write per run. Until then a
+//!   read of those blocks from the backing store is patched with them. A
+//!   flush, a FUA write, a policy change and dropping the tier write every
+//!   dirty line back first: the tier's map lives in memory and the cache
+//!   starts cold at every start, so the backing store must hold everything
+//!   acknowledged as durable.
+//!
+//! Every request and content move is also charged to its volume through a
+//! [`cache::Ledger`], the same bookkeeping the simulator uses, so the tier's
+//! [`VolumeStats::ops`] are the IO cost of the paper's model
+//! ([`cache::cost`]) for what the tier did, and a replay of a trace through
+//! the tier and through the simulator gives the same hits and the same cost.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use blockdev::{check_range, BlockDev, BlockSizes, IoResult, MapExtent};
-use cache::{Access, CachePolicy, Events, Key, PolicyConfig, PolicyKind, TenantOccupancy};
+use cache::cost::{self, LineEvent, Move, OpCounts, RequestTally, Run};
+use cache::{
+    Access, CachePolicy, Events, Key, Ledger, Outcome, PolicyConfig, PolicyKind, TenantOccupancy,
+    WritePolicy,
+};
 use clock::{Clock, Nanos};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -56,6 +82,8 @@ pub struct TierSetup {
     /// The tenant volumes, laid out one after the other from the start of
     /// the backing store; each is a tenant of the policy (its index).
     pub volumes: Vec<VolumeSpec>,
+    /// How writes reach the backing store (see the module docs).
+    pub write_policy: WritePolicy,
 }
 
 /// Counters and gauges of one tenant volume. Hits and misses count 4 KiB
@@ -88,6 +116,13 @@ pub struct VolumeStats {
     /// Bytes reserved for this tenant (vFRM share, GREM long-term zone); `None`
     /// for policies without reservations.
     pub reserved_bytes: Option<u64>,
+    /// Device operations charged to this volume by the IO cost model
+    /// ([`cache::cost`]): its requests and the content moves of its lines.
+    pub ops: OpCounts,
+    /// Device operations its requests would have cost with no cache.
+    pub baseline_ops: OpCounts,
+    /// Dirty lines of this volume written back (write-back only).
+    pub written_back_lines: u64,
 }
 
 impl VolumeStats {
@@ -126,6 +161,8 @@ pub struct TierStats {
     pub name: String,
     /// The policy now.
     pub policy: PolicyKind,
+    /// How writes reach the backing store.
+    pub write_policy: WritePolicy,
     /// The policy's line size, bytes.
     pub line_bytes: u64,
     /// Cache size now, bytes.
@@ -163,6 +200,9 @@ struct Counts {
     write_misses: u64,
     read_bytes: u64,
     write_bytes: u64,
+    ops: OpCounts,
+    baseline_ops: OpCounts,
+    written_back_lines: u64,
 }
 
 /// Everything behind the tier's lock.
@@ -183,6 +223,11 @@ struct State {
     policy_changes: u64,
     /// Line-sized buffer for fills from the backing store.
     scratch: Vec<u8>,
+    /// Dirty lines, content moves to charge, the write policy.
+    ledger: Ledger,
+    /// Blocks of dirty lines that left the cache during the request being
+    /// served, waiting to be written back when it is done.
+    pending: BTreeMap<Key, Vec<u8>>,
 }
 
 struct Shared {
@@ -312,7 +357,6 @@ impl CacheTier {
             })?;
         let state = State {
             line_blocks: policy.line_blocks(),
-            policy,
             cache_bytes: setup.cache_bytes,
             map: BTreeMap::new(),
             free: (0..slots as u32).rev().collect(),
@@ -323,6 +367,9 @@ impl CacheTier {
             lines_evicted: 0,
             policy_changes: 0,
             scratch: Vec::new(),
+            ledger: Ledger::new(setup.write_policy, policy.line_blocks()),
+            pending: BTreeMap::new(),
+            policy,
         };
         let shared = Arc::new(Shared {
             name,
@@ -380,9 +427,16 @@ impl CacheTier {
         let policy = kind
             .build(st.cache_bytes, &sh.policy_config)
             .map_err(|e| TierError::Invalid(format!("tier {:?}: {e}", sh.name)))?;
+        // The old policy's dirty lines go to the backing store first.
+        sh.write_back_all(&mut st)
+            .map_err(|source| TierError::Device {
+                what: format!("tier {:?}: writing back before the policy change", sh.name),
+                source,
+            })?;
         let resident = st.policy.len();
         st.policy = policy;
         st.line_blocks = st.policy.line_blocks();
+        st.ledger = Ledger::new(st.ledger.write_policy(), st.line_blocks);
         st.lines_evicted += resident;
         st.policy_changes += 1;
         let slots: Vec<u32> = std::mem::take(&mut st.map).into_values().collect();
@@ -426,12 +480,14 @@ impl CacheTier {
             return Err(TierError::Invalid(format!("tier {:?}: {e}", sh.name)));
         }
         st.cache_bytes = bytes;
-        // Shrinking only evicts: settling reads nothing and cannot fail on
-        // the devices, but report it if it does.
-        sh.settle(&mut st).map_err(|source| TierError::Device {
-            what: format!("tier {:?}: resizing", sh.name),
-            source,
-        })?;
+        // Shrinking only evicts (and, under write-back, writes dirty lines
+        // back): report a device failure if there is one.
+        sh.settle(&mut st)
+            .and_then(|_| sh.end_request(&mut st))
+            .map_err(|source| TierError::Device {
+                what: format!("tier {:?}: resizing", sh.name),
+                source,
+            })?;
         Ok(())
     }
 
@@ -467,12 +523,16 @@ impl CacheTier {
                         // A tenant the policy has not seen has nothing reserved.
                         None => zones.map(|_| 0),
                     },
+                    ops: c.ops,
+                    baseline_ops: c.baseline_ops,
+                    written_back_lines: c.written_back_lines,
                 }
             })
             .collect();
         TierStats {
             name: sh.name.clone(),
             policy: st.policy.kind(),
+            write_policy: st.ledger.write_policy(),
             line_bytes,
             cache_bytes: st.cache_bytes,
             max_cache_bytes: sh.slots * B,
@@ -487,8 +547,8 @@ impl CacheTier {
     }
 
     /// Checks the tier's internal invariants (tests): every slot is either
-    /// free or holds exactly one block, and every cached block holds the
-    /// backing store's bytes.
+    /// free or holds exactly one block, and every cached block of a clean
+    /// line holds the backing store's bytes.
     #[cfg(test)]
     fn check(&self) {
         self.check_with(true)
@@ -505,6 +565,7 @@ impl CacheTier {
             seen[s as usize] = true;
         }
         assert!(seen.iter().all(|&x| x), "a slot is lost");
+        assert!(st.pending.is_empty(), "write-backs left pending");
         assert!(
             st.map.len() as u64 * B <= st.cache_bytes,
             "{} blocks cached in a cache of {} bytes",
@@ -517,7 +578,11 @@ impl CacheTier {
                 st.policy.contains(k),
                 "block {k} is cached but not in the policy"
             );
-            if !data {
+            if !data
+                || st
+                    .ledger
+                    .is_dirty(k.coarsen(st.line_blocks.trailing_zeros()))
+            {
                 continue;
             }
             let m = &sh.vols[k.space() as usize];
@@ -555,9 +620,16 @@ impl Shared {
     }
 
     /// Tells the policy about block `block` of volume `v`, then carries out
-    /// what it decided (evictions, migrations). Returns the completion of the
-    /// device operations that took.
-    fn access(&self, st: &mut State, v: u32, block: u64, write: bool, now: Nanos) -> IoResult {
+    /// what it decided (evictions, migrations). Returns the policy's outcome
+    /// and the completion of the device operations that took.
+    fn access(
+        &self,
+        st: &mut State,
+        v: u32,
+        block: u64,
+        write: bool,
+        now: Nanos,
+    ) -> IoResult<(Outcome, Nanos)> {
         let a = Access {
             time_ns: now,
             tenant: v,
@@ -565,33 +637,54 @@ impl Shared {
             write,
         };
         let mut ev = std::mem::take(&mut st.events);
-        st.policy.access(a, &mut ev);
+        let o = st.policy.access(a, &mut ev);
         st.events = ev;
-        self.settle(st)
+        Ok((o, self.settle(st)?))
     }
 
     /// Applies the pending events: frees the slots of lines that left (and
     /// are still out: an event list does not say in which order things
-    /// happened), fills lines that came in (and are still in).
+    /// happened), copying out the blocks of dirty ones for write-back, and
+    /// fills lines that came in (and are still in), contiguous lines with
+    /// one backing read. The ledger queues the moves for charging.
     fn settle(&self, st: &mut State) -> IoResult {
         let mut done = 0;
         if st.events.is_empty() {
             return Ok(done);
         }
-        let mut ev = std::mem::take(&mut st.events);
-        for &line in &ev.evicted {
-            let first = line.line() * st.line_blocks;
-            if !st.policy.contains(key(line.space(), first)) {
-                st.lines_evicted += 1;
-                self.drop_blocks(st, line.space(), first, first + st.line_blocks);
-            }
+        let ev = std::mem::take(&mut st.events);
+        let lb = st.line_blocks;
+        let mut left: Vec<(Key, bool)> = Vec::new();
+        let mut came: Vec<Key> = Vec::new();
+        {
+            let State { policy, ledger, .. } = &mut *st;
+            ledger.events(
+                &ev,
+                |k| policy.contains(key(k.space(), k.line() * lb)),
+                |k, e| match e {
+                    LineEvent::Evicted => left.push((k, false)),
+                    LineEvent::EvictedDirty => left.push((k, true)),
+                    LineEvent::Migrated => came.push(k),
+                },
+            );
         }
         let mut result = Ok(());
-        for &line in &ev.migrated_in {
-            let first = line.line() * st.line_blocks;
-            if st.policy.contains(key(line.space(), first)) {
-                match self.fill_line(st, line.space(), first) {
-                    Ok((_, t)) => done = done.max(t),
+        for (line, dirty) in left {
+            let first = line.line() * lb;
+            st.lines_evicted += 1;
+            if dirty {
+                if let Err(e) = self.stash(st, line.space(), first) {
+                    result = Err(e);
+                }
+            }
+            self.drop_blocks(st, line.space(), first, first + lb);
+        }
+        if result.is_ok() && !came.is_empty() {
+            let mut runs = Vec::new();
+            cost::runs(&mut came, &mut runs);
+            for r in runs {
+                match self.fill_run(st, r) {
+                    Ok(t) => done = done.max(t),
                     Err(e) => {
                         result = Err(e);
                         break;
@@ -599,9 +692,98 @@ impl Shared {
                 }
             }
         }
+        let mut ev = ev;
         ev.clear();
         st.events = ev;
         result.map(|()| done)
+    }
+
+    /// Copies the cached blocks of the dirty line starting at block `first`
+    /// of volume `v` out of the cache into the pending write-backs.
+    fn stash(&self, st: &mut State, v: u32, first: u64) -> IoResult<()> {
+        let end = self.line_end(st, v, first);
+        if first >= end {
+            return Ok(());
+        }
+        let cached: Vec<(Key, u32)> = st
+            .map
+            .range(key(v, first)..key(v, end))
+            .map(|(&k, &s)| (k, s))
+            .collect();
+        for (k, slot) in cached {
+            let mut buf = vec![0u8; B as usize];
+            self.cache.read(u64::from(slot) * B, &mut buf)?;
+            st.pending.insert(k, buf);
+        }
+        Ok(())
+    }
+
+    /// Ends a request: charges the content moves it caused to their volumes
+    /// and writes the dirty lines it evicted back to the backing store, one
+    /// write per run of blocks contiguous on disk.
+    fn end_request(&self, st: &mut State) -> IoResult {
+        let mut wb: Vec<Run> = Vec::new();
+        {
+            let State { ledger, counts, .. } = &mut *st;
+            ledger.drain_moves(|m, run, bytes| {
+                let c = &mut counts[run.space as usize];
+                m.charge(bytes, &mut c.ops);
+                if m == Move::WriteBack {
+                    c.written_back_lines += run.lines;
+                    wb.push(run);
+                }
+            });
+        }
+        let mut done = 0;
+        let lb = st.line_blocks;
+        for r in wb {
+            let (first, end) = (r.first * lb, (r.first + r.lines) * lb);
+            let v = r.space;
+            let blocks: Vec<(Key, Vec<u8>)> = {
+                let keys: Vec<Key> = st
+                    .pending
+                    .range(key(v, first)..key(v, end.min(cache::MAX_LINE)))
+                    .map(|(&k, _)| k)
+                    .collect();
+                keys.into_iter()
+                    .map(|k| (k, st.pending.remove(&k).expect("pending block")))
+                    .collect()
+            };
+            // Contiguous pieces (a trimmed block leaves a gap).
+            let mut i = 0;
+            while i < blocks.len() {
+                let mut j = i + 1;
+                while j < blocks.len() && blocks[j].0.line() == blocks[j - 1].0.line() + 1 {
+                    j += 1;
+                }
+                let data: Vec<u8> = blocks[i..j]
+                    .iter()
+                    .flat_map(|(_, d)| d.iter().copied())
+                    .collect();
+                let at = self.vol(v).base + blocks[i].0.line() * B;
+                done = done.max(self.backing.write(at, &data, false)?);
+                i = j;
+            }
+        }
+        debug_assert!(
+            st.pending.is_empty(),
+            "pending blocks outside any write-back run"
+        );
+        st.pending.clear();
+        Ok(done)
+    }
+
+    /// Writes every dirty line back (flush, policy change, drop): they stay
+    /// cached, clean.
+    fn write_back_all(&self, st: &mut State) -> IoResult {
+        if st.ledger.dirty_lines() == 0 {
+            return Ok(0);
+        }
+        let lb = st.line_blocks;
+        for line in st.ledger.clean_all() {
+            self.stash(st, line.space(), line.line() * lb)?;
+        }
+        self.end_request(st)
     }
 
     /// Forgets the cached blocks `first..end` of volume `v`.
@@ -634,6 +816,20 @@ impl Shared {
         st.map.range(key(v, first)..key(v, end.max(first))).count() as u64 == end - first
     }
 
+    /// Reads whole blocks from block `first` of volume `v` into `buf` from the
+    /// backing store, patched with the pending write-backs (the newer bytes).
+    fn read_backing(&self, st: &State, v: u32, first: u64, buf: &mut [u8]) -> IoResult {
+        let t = self.backing.read(self.vol(v).base + first * B, buf)?;
+        let n = buf.len() as u64 / B;
+        if n > 0 && !st.pending.is_empty() {
+            for (k, d) in st.pending.range(key(v, first)..=key(v, first + n - 1)) {
+                let at = ((k.line() - first) * B) as usize;
+                buf[at..at + B as usize].copy_from_slice(d);
+            }
+        }
+        Ok(t)
+    }
+
     /// Reads the line starting at block `first` of volume `v` (its part inside
     /// the volume) from the backing store into `st.scratch`, unless it is all
     /// cached. Returns the blocks read and the completion.
@@ -643,11 +839,11 @@ impl Shared {
             return Ok((0, 0));
         }
         let n = end - first;
-        st.scratch.resize((n * B) as usize, 0);
-        let t = self
-            .backing
-            .read(self.vol(v).base + first * B, &mut st.scratch)?;
-        Ok((n, t))
+        let mut data = std::mem::take(&mut st.scratch);
+        data.resize((n * B) as usize, 0);
+        let t = self.read_backing(st, v, first, &mut data);
+        st.scratch = data;
+        Ok((n, t?))
     }
 
     /// Reads the line starting at block `first` of volume `v` from the
@@ -663,6 +859,29 @@ impl Shared {
         let r = self.install(st, v, first, &data);
         st.scratch = data;
         Ok((n, t.max(r?)))
+    }
+
+    /// Fills the lines of `r` (migrated in) with one backing read of the part
+    /// of the run inside the volume, caching the blocks not cached yet.
+    fn fill_run(&self, st: &mut State, r: Run) -> IoResult {
+        let v = r.space;
+        let lb = st.line_blocks;
+        let first = r.first * lb;
+        let end = ((r.first + r.lines) * lb).min(self.vol(v).size / B);
+        if first >= end {
+            return Ok(0);
+        }
+        if st.map.range(key(v, first)..key(v, end)).count() as u64 == end - first {
+            return Ok(0);
+        }
+        let mut data = vec![0u8; ((end - first) * B) as usize];
+        let t = self.read_backing(st, v, first, &mut data)?;
+        let line_bytes = (lb * B) as usize;
+        let mut done = t;
+        for (i, chunk) in data.chunks(line_bytes).enumerate() {
+            done = done.max(self.install(st, v, first + i as u64 * lb, chunk)?);
+        }
+        Ok(done)
     }
 
     /// Caches the blocks of `data` (whole blocks, starting at block `first` of
@@ -702,41 +921,78 @@ impl Shared {
         result.map(|()| done)
     }
 
+    /// Charges a finished request to volume `v` (its own IOs and its
+    /// baseline; the moves are charged by [`Shared::end_request`]).
+    fn charge(&self, st: &mut State, v: u32, t: &RequestTally) {
+        let State { ledger, counts, .. } = &mut *st;
+        let c = &mut counts[v as usize];
+        t.charge_baseline(&mut c.baseline_ops);
+        ledger.charge_request(t, &mut c.ops);
+        if t.write {
+            c.write_hits += t.hits;
+            c.write_misses += t.misses;
+        } else {
+            c.read_hits += t.hits;
+            c.read_misses += t.misses;
+        }
+    }
+
     fn read(&self, v: u32, offset: u64, buf: &mut [u8]) -> IoResult {
         let m = self.vol(v);
         check_range(offset, buf.len() as u64, m.size)?;
         let mut st = self.state.lock();
         let now = self.tick(&mut st);
         let mut done = now;
+        let mut tally = RequestTally::new(false);
+        // Missed blocks: (block, position in buf, offset within the block,
+        // bytes, admitted).
+        let mut missed: Vec<(u64, usize, usize, usize, bool)> = Vec::new();
         let mut pos = 0usize;
         while pos < buf.len() {
             let at = offset + pos as u64;
             let (block, within) = (at / B, (at % B) as usize);
             let n = (B as usize - within).min(buf.len() - pos);
-            let part = &mut buf[pos..pos + n];
-            done = done.max(self.access(&mut st, v, block, false, now)?);
+            let (_, t) = self.access(&mut st, v, block, false, now)?;
+            done = done.max(t);
             let k = key(v, block);
             if let Some(&slot) = st.map.get(&k) {
-                st.counts[v as usize].read_hits += 1;
+                tally.block(true, false);
+                let part = &mut buf[pos..pos + n];
                 done = done.max(self.cache.read(u64::from(slot) * B + within as u64, part)?);
             } else {
-                st.counts[v as usize].read_misses += 1;
-                if st.policy.contains(k) {
-                    // Admitted (or in the policy but dropped by a trim): read
-                    // the whole line once (the block is not cached, so it is
-                    // read), serve from it, cache it.
-                    let first = block / st.line_blocks * st.line_blocks;
-                    let (_, t) = self.fill_line(&mut st, v, first)?;
-                    done = done.max(t);
-                    let from = ((block - first) * B) as usize + within;
-                    part.copy_from_slice(&st.scratch[from..from + n]);
-                } else {
-                    done = done.max(self.backing.read(m.base + at, part)?);
-                }
+                let admitted = st.policy.contains(k);
+                tally.block(false, admitted);
+                missed.push((block, pos, within, n, admitted));
             }
             pos += n;
         }
+        if let (Some(&(lo, ..)), Some(&(hi, ..))) = (missed.first(), missed.last()) {
+            // One backing read spanning the misses (the gaps are read, not
+            // sought over), then the admitted lines are cached from it.
+            let mut span = vec![0u8; ((hi - lo + 1) * B) as usize];
+            done = done.max(self.read_backing(&st, v, lo, &mut span)?);
+            for &(block, pos, within, n, admitted) in &missed {
+                let from = ((block - lo) * B) as usize;
+                buf[pos..pos + n].copy_from_slice(&span[from + within..from + within + n]);
+                let k = key(v, block);
+                if admitted && st.policy.contains(k) && !st.map.contains_key(&k) {
+                    if st.line_blocks == 1 {
+                        done = done.max(self.install(
+                            &mut st,
+                            v,
+                            block,
+                            &span[from..from + B as usize],
+                        )?);
+                    } else {
+                        let first = block / st.line_blocks * st.line_blocks;
+                        done = done.max(self.fill_line(&mut st, v, first)?.1);
+                    }
+                }
+            }
+        }
+        self.charge(&mut st, v, &tally);
         st.counts[v as usize].read_bytes += buf.len() as u64;
+        done = done.max(self.end_request(&mut st)?);
         Ok(done)
     }
 
@@ -745,48 +1001,76 @@ impl Shared {
         check_range(offset, data.len() as u64, m.size)?;
         let mut st = self.state.lock();
         let now = self.tick(&mut st);
-        // Write-through: the backing store first, so whatever the cache does
-        // next (update, fill, migrate) copies the new bytes.
-        let mut done = now.max(self.backing.write(m.base + offset, data, fua)?);
+        let through = st.ledger.write_policy() == WritePolicy::WriteThrough;
+        let mut done = now;
+        if through {
+            // The backing store first, so whatever the cache does next
+            // (update, fill, migrate) copies the new bytes.
+            done = done.max(self.backing.write(m.base + offset, data, fua)?);
+        }
         let end = offset + data.len() as u64;
+        let mut tally = RequestTally::new(true);
+        // First and last block that neither hit nor was admitted.
+        let mut bypass: Option<(u64, u64)> = None;
         let mut pos = 0usize;
         while pos < data.len() {
             let at = offset + pos as u64;
             let (block, within) = (at / B, at % B);
             let n = (B as usize - within as usize).min(data.len() - pos);
-            done = done.max(self.access(&mut st, v, block, true, now)?);
+            let part = &data[pos..pos + n];
+            let (_, t) = self.access(&mut st, v, block, true, now)?;
+            done = done.max(t);
             let k = key(v, block);
-            if let Some(&slot) = st.map.get(&k) {
-                st.counts[v as usize].write_hits += 1;
-                match self
-                    .cache
-                    .write(u64::from(slot) * B + within, &data[pos..pos + n], false)
-                {
-                    Ok(t) => done = done.max(t),
-                    Err(e) => {
-                        // The copy may be half-written: forget it.
+            let cached = st.map.contains_key(&k);
+            let admitted = !cached && st.policy.contains(k);
+            if admitted {
+                let first = block / st.line_blocks * st.line_blocks;
+                let line_end = self.line_end(&st, v, first);
+                if offset <= first * B && end >= line_end * B {
+                    // The request holds the whole line.
+                    let from = (first * B - offset) as usize;
+                    let to = (line_end * B - offset) as usize;
+                    done = done.max(self.install(&mut st, v, first, &data[from..to])?);
+                } else {
+                    done = done.max(self.fill_line(&mut st, v, first)?.1);
+                }
+            }
+            tally.block(cached, admitted);
+            if cached || admitted {
+                st.ledger.wrote(k);
+                if let Some(&slot) = st.map.get(&k) {
+                    if let Err(e) = self.cache.write(u64::from(slot) * B + within, part, false) {
+                        // The copy may be half-written: forget it. Under
+                        // write-back the block is lost with it (the error
+                        // says so).
                         st.map.remove(&k);
                         st.free.push(slot);
                         return Err(e);
                     }
                 }
             } else {
-                st.counts[v as usize].write_misses += 1;
-                if st.policy.contains(k) {
-                    let first = block / st.line_blocks * st.line_blocks;
-                    let line_end = self.line_end(&st, v, first);
-                    if offset <= first * B && end >= line_end * B {
-                        // The request holds the whole line.
-                        let from = (first * B - offset) as usize;
-                        let to = (line_end * B - offset) as usize;
-                        done = done.max(self.install(&mut st, v, first, &data[from..to])?);
-                    } else {
-                        done = done.max(self.fill_line(&mut st, v, first)?.1);
-                    }
-                }
+                bypass = Some(bypass.map_or((block, block), |(a, _)| (a, block)));
             }
             pos += n;
         }
+        // Dirty lines this request evicted go back before its own bytes, so
+        // that the newer bytes land last.
+        done = done.max(self.end_request(&mut st)?);
+        let mut charged = tally;
+        if !through {
+            if fua {
+                // Durable now: the whole request goes to the backing store too.
+                done = done.max(self.backing.write(m.base + offset, data, true)?);
+                charged.bypass_span = Some((0, tally.blocks - 1));
+            } else if let Some((a, b)) = bypass {
+                let from = (a * B).max(offset);
+                let to = ((b + 1) * B).min(end);
+                let slice = &data[(from - offset) as usize..(to - offset) as usize];
+                done = done.max(self.backing.write(m.base + from, slice, false)?);
+            }
+        }
+        self.charge(&mut st, v, &charged);
+        // The counts are of what happened, whatever was charged.
         st.counts[v as usize].write_bytes += data.len() as u64;
         Ok(done)
     }
@@ -798,11 +1082,32 @@ impl Shared {
         check_range(offset, len, m.size)?;
         let mut st = self.state.lock();
         let now = self.tick(&mut st);
-        let done = now.max(op(m.base + offset)?);
+        let mut done = now;
+        if len > 0 && st.ledger.dirty_lines() > 0 {
+            // Dirty lines the range touches go back first: a partly covered
+            // block keeps the rest of its bytes only on the backing store.
+            let lb = st.line_blocks;
+            let (lo, hi) = (offset / B / lb, (offset + len).div_ceil(B).div_ceil(lb));
+            for line in lo..hi {
+                if st.ledger.clean(key(v, line)) {
+                    self.stash(&mut st, v, line * lb)?;
+                }
+            }
+            done = done.max(self.end_request(&mut st)?);
+        }
+        done = done.max(op(m.base + offset)?);
         if len > 0 {
             self.drop_blocks(&mut st, v, offset / B, (offset + len).div_ceil(B));
         }
         Ok(done)
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Nothing may stay only in the cache: its map dies with the tier.
+        let mut st = self.state.lock();
+        let _ = self.write_back_all(&mut st);
     }
 }
 
@@ -845,9 +1150,12 @@ impl BlockDev for TierVolume {
     }
 
     fn flush(&self) -> IoResult {
-        // The cache holds nothing the backing store lacks.
-        let now = self.shared.clock.now();
-        Ok(now.max(self.shared.backing.flush()?))
+        // Under write-back the dirty lines go to the backing store first;
+        // under write-through the cache holds nothing the backing store lacks.
+        let sh = &self.shared;
+        let now = sh.clock.now();
+        let done = sh.write_back_all(&mut sh.state.lock())?;
+        Ok(now.max(done).max(sh.backing.flush()?))
     }
 
     fn trim(&self, offset: u64, len: u64) -> IoResult {
@@ -861,12 +1169,13 @@ impl BlockDev for TierVolume {
         self.shared
             .zero(self.index, offset, len, |at| b.write_zeroes(at, len, fua))
     }
-    /// The backing store's map of this volume's range: the cache is
-    /// write-through, so the backing store holds every byte written, and a
-    /// trimmed or zeroed range is a hole there.
+    /// The backing store's map of this volume's range: once dirty lines are
+    /// written back (write-back) the backing store holds every byte written,
+    /// and a trimmed or zeroed range is a hole there.
     fn allocation(&self, offset: u64, len: u64) -> IoResult<Vec<MapExtent>> {
         let m = self.shared.vol(self.index);
         check_range(offset, len, m.size)?;
+        self.shared.write_back_all(&mut self.shared.state.lock())?;
         self.shared.backing.allocation(m.base + offset, len)
     }
 }

@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use cache::{PolicyConfig, PolicyKind};
+use cache::{PolicyConfig, PolicyKind, WritePolicy};
 use serde::{Deserialize, Deserializer, Serialize};
 use tier::HddModel;
 
@@ -54,6 +54,13 @@ pub struct TierSpec {
     /// aging, D-GREM's α, β, γ, ...). Default: the paper's.
     #[serde(default)]
     pub policy_params: PolicyConfig,
+    /// How writes reach the backing store: `write-through` (the default:
+    /// every write goes to the backing file, the cache only copies) or
+    /// `write-back` (writes that hit or are admitted stay in the cache until
+    /// their line is evicted or a flush comes; contiguous dirty lines go back
+    /// together).
+    #[serde(default)]
+    pub write_policy: WritePolicy,
     /// Backing file. Default `<data_dir>/<name>.backing`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backing: Option<PathBuf>,
@@ -273,6 +280,7 @@ mod tests {
         let t = &c.tiers[0];
         assert_eq!(t.policy, PolicyKind::Dgrem);
         assert_eq!(t.policy_params, PolicyConfig::default());
+        assert_eq!(t.write_policy, WritePolicy::WriteThrough);
         assert_eq!(t.cache_vssd(), "t0.cache");
         assert_eq!(t.backing_path(&c), PathBuf::from("/d/t0.backing"));
         assert_eq!(t.backing_bytes(), 65 << 20);
@@ -294,6 +302,7 @@ mod tests {
             backing = "/x/b.img"
             backing_size = "1G"
             policy_params = { epoch_secs = 2.5, alpha = 0.5 }
+            write_policy = "write-back"
             [tiers.hdd]
             rpm = 5400
             [[tiers.volumes]]
@@ -305,6 +314,7 @@ mod tests {
         let t = &c.tiers[0];
         assert_eq!(t.policy, PolicyKind::Dgrem);
         assert_eq!(t.policy_params.epoch_secs, 2.5);
+        assert_eq!(t.write_policy, WritePolicy::WriteBack);
         assert_eq!(t.hdd.unwrap().rpm, 5400);
         assert_eq!(t.hdd.unwrap().max_seek_us, HddModel::default().max_seek_us);
         assert_eq!(t.backing_bytes(), 1 << 30);

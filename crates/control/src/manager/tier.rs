@@ -166,6 +166,7 @@ impl HostManager {
                         size: v.size.0,
                     })
                     .collect(),
+                write_policy: spec.write_policy,
             },
             Arc::new(store),
             cache_dev,

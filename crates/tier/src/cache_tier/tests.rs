@@ -23,6 +23,24 @@ struct Rig {
 }
 
 fn rig(policy: PolicyKind, cfg: PolicyConfig, cache_bytes: u64, device: u64, vols: &[u64]) -> Rig {
+    rig_with(
+        policy,
+        cfg,
+        cache_bytes,
+        device,
+        vols,
+        WritePolicy::WriteThrough,
+    )
+}
+
+fn rig_with(
+    policy: PolicyKind,
+    cfg: PolicyConfig,
+    cache_bytes: u64,
+    device: u64,
+    vols: &[u64],
+    write_policy: WritePolicy,
+) -> Rig {
     let clock = Arc::new(VirtualClock::new(0));
     let total: u64 = vols.iter().sum();
     let backing = Arc::new(MemDev::new(total));
@@ -45,6 +63,7 @@ fn rig(policy: PolicyKind, cfg: PolicyConfig, cache_bytes: u64, device: u64, vol
                     size,
                 })
                 .collect(),
+            write_policy,
         },
         counted,
         Arc::new(MemDev::new(device)),
@@ -126,6 +145,50 @@ fn writes_go_through_and_cached_copies_follow() {
     let got = read(v, 3 * 4096, 4096);
     assert_eq!(&got[10..13], b"abc");
     assert_eq!(backing_reads(&r), 1);
+    r.tier.check();
+}
+
+#[test]
+fn write_back_keeps_writes_in_flash_and_writes_evicted_runs_back_at_once() {
+    let r = rig_with(
+        PolicyKind::Glru,
+        PolicyConfig::default(),
+        64 * KIB,
+        64 * KIB,
+        &[MIB],
+        WritePolicy::WriteBack,
+    );
+    let v = &r.tier.volumes()[0];
+    let writes = |r: &Rig| r.backing_io.snapshot().writes;
+    // 64 KiB written: all admitted, all dirty, nothing on the backing store.
+    v.write(0, &[5u8; 65536], false).unwrap();
+    assert_eq!(writes(&r), 0);
+    let mut b = vec![0u8; 65536];
+    r.backing.read(0, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == 0));
+    assert_eq!(read(v, 4096, 4096), vec![5u8; 4096]);
+    // A 64 KiB read elsewhere evicts all 16 dirty lines while it is served:
+    // they go back as one write when it is done, and its own misses are one
+    // backing read.
+    let reads0 = backing_reads(&r);
+    assert_eq!(read(v, 512 * KIB, 65536), vec![0u8; 65536]);
+    assert_eq!(writes(&r), 1);
+    assert_eq!(backing_reads(&r) - reads0, 1);
+    r.backing.read(0, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == 5));
+    let vs = &r.tier.stats().volumes[0];
+    assert_eq!(vs.written_back_lines, 16);
+    assert_eq!(vs.ops.ops[cache::cost::DevOp::HddWrite as usize], 1);
+    // A write hit dirties a line again; a flush writes it back and keeps
+    // it cached.
+    v.write(512 * KIB, &[9u8; 4096], false).unwrap();
+    assert_eq!(writes(&r), 1);
+    v.flush().unwrap();
+    assert_eq!(writes(&r), 2);
+    r.backing.read(512 * KIB, &mut b[..4096]).unwrap();
+    assert_eq!(&b[..4096], &[9u8; 4096]);
+    assert_eq!(read(v, 512 * KIB, 4096), vec![9u8; 4096]);
+    assert_eq!(r.tier.stats().write_policy, WritePolicy::WriteBack);
     r.tier.check();
 }
 
@@ -317,6 +380,7 @@ fn setup_errors_name_the_problem() {
                 policy_config: PolicyConfig::default(),
                 cache_bytes,
                 volumes: vols,
+                write_policy: WritePolicy::default(),
             },
             Arc::new(MemDev::new(backing)),
             Arc::new(MemDev::new(device)),
@@ -397,6 +461,7 @@ fn completion_is_the_latest_device_operation() {
                 name: "v".into(),
                 size: 64 * MIB,
             }],
+            write_policy: WritePolicy::default(),
         },
         Arc::new(backing),
         vssd,
@@ -507,6 +572,7 @@ proptest! {
     #[test]
     fn reads_return_the_last_write_through_policy_changes_and_resizes(
         start in proptest::sample::select(PolicyKind::ALL.to_vec()),
+        write_policy in proptest::sample::select(WritePolicy::ALL.to_vec()),
         coarse_default in any::<bool>(),
         ops in proptest::collection::vec(op(), 1..120),
     ) {
@@ -515,7 +581,7 @@ proptest! {
         } else {
             small_bins()
         };
-        let r = rig(start, cfg, 2 * MIB, DEVICE, &VOLS);
+        let r = rig_with(start, cfg, 2 * MIB, DEVICE, &VOLS, write_policy);
         let mut model: Vec<Vec<u8>> = VOLS.iter().map(|&s| vec![0u8; s as usize]).collect();
         for (i, op) in ops.into_iter().enumerate() {
             match op {
@@ -551,5 +617,15 @@ proptest! {
             prop_assert!(&got == want, "volume {} differs at the end", vol);
         }
         r.tier.check();
+        // After a flush the backing store holds every byte, whatever the
+        // write policy (write-back writes its dirty lines back).
+        r.tier.volumes()[0].flush().unwrap();
+        let mut base = 0u64;
+        for want in &model {
+            let mut got = vec![0u8; want.len()];
+            r.backing.read(base, &mut got).unwrap();
+            prop_assert!(&got == want, "the backing store differs after a flush");
+            base += want.len() as u64;
+        }
     }
 }
