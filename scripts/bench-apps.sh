@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Real applications on a flexssd export, beside nbdkit, in one run.
+#
+# PostgreSQL's pgbench (TPC-B, scale 20, 4 clients) and RocksDB's db_bench
+# (fillrandom, readrandom, readrandomwriterandom) on ext4 and on btrfs, over
+# nbdfuse + a loop device, as a user would mount an export. Three servers, the
+# same size, alternated within each repetition (the order rotates):
+#   flexssd       its embedded default configuration (`flexssd config default`:
+#                 file backend, persistent, fast mode), the export "default";
+#   nbdkit file   on a sparse file (persistent: the fair peer);
+#   nbdkit memory (not persistent: the ceiling).
+# Each cell is the median over the repetitions; the page cache is dropped
+# before every benchmark.
+#
+#   scripts/bench-apps.sh [REPS [PGBENCH_SECONDS]]   (default 1 repetition, 30 s)
+#
+# Environment:
+#   FLEXSSD_BIN=PATH   benchmark this flexssd binary (default: build target/release)
+#   FS="ext4 btrfs"    the file systems to run on
+#   DB_NUM=1000000     db_bench keys (100-byte values)
+#   OUT=DIR            also write DIR/bench-apps.csv (one row per measurement)
+#
+# Needs root (loop devices, mount), /dev/fuse, nbdfuse, nbdkit, nbdinfo,
+# PostgreSQL 15 (postgresql) and db_bench (rocksdb-tools); as root it installs
+# the last two when missing.
+set -euo pipefail
+shopt -s inherit_errexit
+cd "$(dirname "$0")/.."
+REPS=${1:-1}
+PG_T=${2:-30}
+FS=${FS:-ext4 btrfs}
+DB_NUM=${DB_NUM:-1000000}
+[ "$(id -u)" = 0 ] || { echo "bench-apps: needs root (loop devices and mount)"; exit 1; }
+[ -e /dev/fuse ] || { echo "bench-apps: needs /dev/fuse"; exit 1; }
+PGBIN=/usr/lib/postgresql/15/bin
+need=()
+[ -x "$PGBIN/initdb" ] && command -v pgbench >/dev/null || need+=(postgresql)
+command -v db_bench >/dev/null || need+=(rocksdb-tools)
+if ((${#need[@]})); then
+  echo "bench-apps: installing ${need[*]}" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+# shellcheck disable=SC2086
+for t in nbdfuse nbdkit nbdinfo losetup fusermount3 curl python3 $(printf 'mkfs.%s ' $FS); do
+  command -v "$t" >/dev/null || { echo "bench-apps: $t is missing (make test installs it)"; exit 1; }
+done
+if [ -n "${FLEXSSD_BIN:-}" ]; then
+  BIN=$(realpath "$FLEXSSD_BIN")
+else
+  cargo build --release -q -p flexssd
+  BIN=$PWD/target/release/flexssd
+fi
+. scripts/lib.sh
+
+WORK=$(mktemp -d /tmp/flexssd-bench-apps.XXXXXX)
+chmod 755 "$WORK"
+PIDS=()
+MNT=$WORK/mnt FUSE=$WORK/fuse LOOP=
+mkdir -p "$MNT" "$FUSE"
+detach() {
+  if mountpoint -q "$MNT"; then
+    [ -f "$MNT/pg/postmaster.pid" ] && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$MNT/pg" -m fast stop >/dev/null 2>&1 || true
+    umount "$MNT"
+  fi
+  if [ -n "$LOOP" ]; then losetup -d "$LOOP" || true; LOOP=; fi
+  if mountpoint -q "$FUSE"; then fusermount3 -u "$FUSE"; fi
+  if [ -n "${FUSE_PID:-}" ]; then wait "$FUSE_PID" 2>/dev/null || true; FUSE_PID=; fi
+}
+trap 'detach || true; stop_daemon; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
+
+# flexssd on its embedded default, with only the data directory, the API
+# address and the NBD socket moved into $WORK.
+DEFAULT_BODY=$("$BIN" config default | python3 -c '
+import sys, re
+t = sys.stdin.read()
+t = re.sub(r"(?m)^data_dir\s*=.*\n", "", t)
+# [api] and [nbd] are written by start_daemon; keep the rest of the file.
+out, skip = [], False
+for line in t.splitlines():
+    if re.match(r"^\[(api|nbd)\]\s*$", line):
+        skip = True
+        continue
+    if skip and re.match(r"^\[", line):
+        skip = False
+    if not skip:
+        out.append(line)
+print("\n".join(out))')
+start_daemon "$WORK/fx" "$DEFAULT_BODY"
+FX="nbd+unix:///default?socket=$SOCK"
+SIZE=$(nbdinfo --size "$FX")
+truncate -s "$SIZE" "$WORK/disk.img"
+nbdkit -U "$WORK/kf.sock" --pidfile "$WORK/kf.pid" file "$WORK/disk.img"
+nbdkit -U "$WORK/km.sock" --pidfile "$WORK/km.pid" memory "$SIZE"
+for _ in $(seq 50); do [ -f "$WORK/kf.pid" ] && [ -f "$WORK/km.pid" ] && break; sleep 0.1; done
+PIDS+=("$(cat "$WORK/kf.pid")" "$(cat "$WORK/km.pid")")
+servers=(fx kf km)
+declare -A URI=([fx]=$FX [kf]="nbd+unix:///?socket=$WORK/kf.sock" [km]="nbd+unix:///?socket=$WORK/km.sock")
+declare -A NAME=([fx]=flexssd [kf]="nbdkit file" [km]="nbdkit memory")
+
+# attach SERVER FS: the export as a file (nbdfuse), a loop device on it, a fresh
+# FS on that, mounted on $MNT.
+attach() {
+  rm -f "$WORK/fuse.pid"
+  nbdfuse -P "$WORK/fuse.pid" "$FUSE" "${URI[$1]}" >/dev/null &
+  FUSE_PID=$!
+  for _ in $(seq 600); do [ -f "$WORK/fuse.pid" ] && [ -e "$FUSE/nbd" ] && break; sleep 0.05; done
+  [ -e "$FUSE/nbd" ] || { echo "bench-apps: nbdfuse did not mount ${URI[$1]}" >&2; exit 1; }
+  LOOP=$(losetup --find --show "$FUSE/nbd")
+  case $2 in
+    ext4) mkfs.ext4 -q -F "$LOOP" ;;
+    btrfs) mkfs.btrfs -q -f "$LOOP" >/dev/null ;;
+    *) echo "bench-apps: unknown file system $2" >&2; exit 1 ;;
+  esac
+  mount "$LOOP" "$MNT"
+  chown postgres: "$MNT"
+}
+
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+
+# pgbench on $MNT: prints tps.
+pg() {
+  local pg=$MNT/pg
+  runuser -u postgres -- "$PGBIN/initdb" -D "$pg" >/dev/null 2>&1
+  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$pg" -w -l "$MNT/pg.log" \
+    -o "-k $MNT -c listen_addresses='' -c shared_buffers=128MB" start >/dev/null
+  runuser -u postgres -- pgbench -h "$MNT" -i -s 20 -q postgres >/dev/null 2>&1
+  drop_caches
+  local out
+  out=$(runuser -u postgres -- pgbench -h "$MNT" -c 4 -j 4 -T "$PG_T" postgres 2>/dev/null)
+  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$pg" -m fast stop >/dev/null
+  sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | head -1
+}
+
+# db_bench BENCHMARK on $MNT/rocks: prints ops/s.
+db() {
+  local extra=()
+  [ "$1" = fillrandom ] || extra=(--use_existing_db=1)
+  drop_caches
+  db_bench --db="$MNT/rocks" --benchmarks="$1" --num="$DB_NUM" --value_size=100 \
+    --threads=1 "${extra[@]}" 2>/dev/null |
+    sed -n "s/^$1 *: *[0-9.]* micros\/op \([0-9]*\) ops\/sec.*/\1/p" | head -1
+}
+
+rows=(pgbench fillrandom readrandom readrandomwriterandom)
+declare -A got=()
+[ -n "${OUT:-}" ] && { mkdir -p "$OUT"; echo "fs,rep,server,workload,value" > "$OUT/bench-apps.csv"; }
+nfs=$(wc -w <<<"$FS")
+steps $((nfs * REPS * ${#servers[@]}))
+for fs in $FS; do
+  for r in $(seq "$REPS"); do
+    order=("${servers[@]:$((r % 3))}" "${servers[@]:0:$((r % 3))}")
+    for s in "${order[@]}"; do
+      step "$fs, repetition $r: ${NAME[$s]}"
+      attach "$s" "$fs"
+      v=$(pg); [ -n "$v" ] || { echo "bench-apps: pgbench printed no tps" >&2; exit 1; }
+      got[$fs,$s,pgbench]+="$v "
+      [ -n "${OUT:-}" ] && echo "$fs,$r,$s,pgbench,$v" >> "$OUT/bench-apps.csv"
+      for w in fillrandom readrandom readrandomwriterandom; do
+        v=$(db "$w"); [ -n "$v" ] || { echo "bench-apps: db_bench $w printed no ops/sec" >&2; exit 1; }
+        got[$fs,$s,$w]+="$v "
+        [ -n "${OUT:-}" ] && echo "$fs,$r,$s,$w,$v" >> "$OUT/bench-apps.csv"
+      done
+      detach
+    done
+  done
+done
+steps_done
+
+med() { printf '%s\n' "$@" | sort -n | sed -n "$(( ($# + 1) / 2 ))p"; }
+ratio() { python3 -c "import sys; a,b=map(float,sys.argv[1:]); print(f'{a/b:.2f}' if b else '-')" "$1" "$2"; }
+echo "flexssd export: $SIZE bytes; pgbench ${PG_T}s; db_bench $DB_NUM keys; $REPS repetition(s), median"
+for fs in $FS; do
+  echo
+  echo "| $fs | flexssd | nbdkit file | vs file | nbdkit memory | vs memory |"
+  echo "|---|---:|---:|---:|---:|---:|"
+  for w in "${rows[@]}"; do
+    unit=ops/s; [ "$w" = pgbench ] && unit=tps
+    # shellcheck disable=SC2086
+    fx=$(med ${got[$fs,fx,$w]}); kf=$(med ${got[$fs,kf,$w]}); km=$(med ${got[$fs,km,$w]})
+    echo "| $w ($unit) | $fx | $kf | $(ratio "$fx" "$kf") | $km | $(ratio "$fx" "$km") |"
+  done
+done
