@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::Store;
 use crate::{
-    Backend, BlockId, DirtySet, FlashError, Geometry, Oob, PageId, Result, Timing, OOB_SIZE,
+    Backend, BlockId, CrashImage, CrashPoint, DirtySet, FlashError, Geometry, Oob, PageId, Result,
+    Timing, OOB_SIZE,
 };
 
 /// A channel bus timeline: the busy intervals still in the future, so that a short
@@ -376,6 +377,11 @@ impl FlashDevice {
         geo.validate()?;
         timing.validate()?;
         let (store, _fresh) = Store::open(backend, geo)?;
+        Ok(Self::with_store(store, geo, timing))
+    }
+
+    /// A device over `store`; write pointers rebuilt from its OOB records.
+    fn with_store(store: Store, geo: Geometry, timing: Timing) -> Self {
         let bpc = geo.blocks_per_channel() as usize;
         let mut channels = Vec::with_capacity(geo.channels as usize);
         for ch in 0..geo.channels {
@@ -398,7 +404,7 @@ impl FlashDevice {
                 write_ptr,
             }));
         }
-        Ok(Self {
+        Self {
             geo,
             timing,
             store,
@@ -407,7 +413,7 @@ impl FlashDevice {
             programs: AtomicU64::new(0),
             erases: AtomicU64::new(0),
             suspends: AtomicU64::new(0),
-        })
+        }
     }
 
     /// A memory-backed device (convenience for tests and the simulator).
@@ -525,10 +531,9 @@ impl FlashDevice {
                 next,
             });
         }
-        // Data first, then the OOB record: a page whose record is present is complete.
-        // SAFETY: page in range; channel lock held.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.store.page_ptr(p), ps) };
-        self.store.set_oob(p, &oob.encode());
+        // Data first, then the OOB record: after a kill -9 a page whose record
+        // is present is complete; after a host crash, see `Store::program`.
+        self.store.program(p, data, oob);
         c.write_ptr[bi] = next + 1;
         let c = &mut *c;
         let d = &mut c.dies[die];
@@ -612,6 +617,43 @@ impl FlashDevice {
         let mut raw = [0u8; OOB_SIZE];
         raw.copy_from_slice(self.store.oob(p));
         Oob::decode(&raw)
+    }
+
+    /// The OOB record of page `p` if it is programmed with a valid record
+    /// *and* its data is the data the record was written with: `None` for a
+    /// page a host crash tore (record persisted, data not; see
+    /// [`Oob::encode_checked`]). Reads the page's data: recovery's check.
+    pub fn oob_intact(&self, p: PageId) -> Option<Oob> {
+        if p >= self.geo.total_pages() {
+            return None;
+        }
+        let (b, _) = self.geo.split(p);
+        let (ch, _, _) = self.locate(b);
+        let _c = self.channels[ch].lock();
+        let oob = Oob::decode(self.store.oob(p))?;
+        self.store.intact(p).then_some(oob)
+    }
+
+    /// Starts recording what a host crash could leave of the device (see
+    /// [`crate::crashrec`]): the bytes now are taken as durable, and every
+    /// later program, erase and sync is logged. For tests; idempotent.
+    pub fn record_crashes(&self) {
+        self.store.record();
+    }
+
+    /// The crash point now: the durable image and the writes since (`None`
+    /// unless [`FlashDevice::record_crashes`] was called).
+    pub fn crash_point(&self) -> Option<CrashPoint> {
+        self.store.crash_point()
+    }
+
+    /// A memory device holding a crash state, with its write pointers
+    /// rebuilt from the OOB records as [`FlashDevice::open`] does.
+    pub fn from_crash_image(geo: Geometry, timing: Timing, img: &CrashImage) -> Result<Self> {
+        geo.validate()?;
+        timing.validate()?;
+        let store = Store::from_image(geo, img)?;
+        Ok(Self::with_store(store, geo, timing))
     }
 
     /// The next programmable page of block `b` (0 = erased, pages_per_block = full).
