@@ -634,6 +634,14 @@ impl FlashDevice {
         self.store.intact(p).then_some(oob)
     }
 
+    /// Whether the device's bytes can outlive a host crash (a file, or a
+    /// device recording crash states): then write ordering matters (what
+    /// must be durable before what), and FTLs pay for it; on a memory device
+    /// it does not.
+    pub fn crash_exposed(&self) -> bool {
+        self.store.crash_exposed()
+    }
+
     /// Starts recording what a host crash could leave of the device (see
     /// [`crate::crashrec`]): the bytes now are taken as durable, and every
     /// later program, erase and sync is logged. For tests; idempotent.

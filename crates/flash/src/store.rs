@@ -245,7 +245,7 @@ impl Store {
 
     /// Whether the store's bytes can outlive a host crash (a file, or a
     /// recording store), so that OOB records carry a check of their data.
-    fn crash_exposed(&self) -> bool {
+    pub(crate) fn crash_exposed(&self) -> bool {
         self.data_file.is_some() || self.rec.get().is_some()
     }
 
