@@ -133,7 +133,13 @@ mod tests {
         let b = o.encode_checked(&data);
         assert_eq!(Oob::decode(&b), Some(o));
         assert!(Oob::data_matches(&b, &data));
-        assert!(!Oob::data_matches(&b, &[0u8; 4096]), "zeros are not the data");
-        assert!(Oob::data_matches(&o.encode(), &[0u8; 4096]), "no check, no verdict");
+        assert!(
+            !Oob::data_matches(&b, &[0u8; 4096]),
+            "zeros are not the data"
+        );
+        assert!(
+            Oob::data_matches(&o.encode(), &[0u8; 4096]),
+            "no check, no verdict"
+        );
     }
 }

@@ -374,10 +374,28 @@ impl Store {
         if let Some(r) = self.rec.get() {
             let mut r = r.lock();
             let b64 = u64::from(b);
-            r.write(UnitKind::EraseData, b64, Region::Data, start, &vec![0; bytes]);
-            r.write(UnitKind::EraseOob, b64, Region::Meta, off, &vec![0; ppb * OOB_SIZE]);
+            r.write(
+                UnitKind::EraseData,
+                b64,
+                Region::Data,
+                start,
+                &vec![0; bytes],
+            );
+            r.write(
+                UnitKind::EraseOob,
+                b64,
+                Region::Meta,
+                off,
+                &vec![0; ppb * OOB_SIZE],
+            );
             let at = self.erase_off + b as usize * 4;
-            r.write(UnitKind::EraseCount, b64, Region::Meta, at, &count.to_le_bytes());
+            r.write(
+                UnitKind::EraseCount,
+                b64,
+                Region::Meta,
+                at,
+                &count.to_le_bytes(),
+            );
         }
         Ok(())
     }

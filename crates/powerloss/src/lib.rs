@@ -165,7 +165,11 @@ impl VolModel {
         let d = self.durable[lba as usize];
         let ver = match decode(buf) {
             Seen::Zeros => 0,
-            Seen::Page { tenant, lba: l, ver } if tenant == self.tenant && l == lba => ver,
+            Seen::Page {
+                tenant,
+                lba: l,
+                ver,
+            } if tenant == self.tenant && l == lba => ver,
             other => {
                 return Err(format!(
                     "tenant {} page {lba} holds {other:?}, not one of its own versions",
@@ -285,7 +289,8 @@ pub fn step(rng: &mut SplitMix64, vols: &mut [Vol], mix: &Mix) -> Result<(), Str
     for l in lba..lba + n {
         data.extend_from_slice(&model.write(l));
     }
-    dev.write(lba * ps, &data, fua).map_err(|e| err("write", e))?;
+    dev.write(lba * ps, &data, fua)
+        .map_err(|e| err("write", e))?;
     if fua {
         for l in lba..lba + n {
             model.fua(l);
@@ -670,12 +675,21 @@ mod tests {
         assert!(m.check(0, &v2, &mut n).is_ok());
         assert!(m.check(0, &[0; 4096], &mut n).is_err(), "v1 was flushed");
         assert!(m.check(1, &v1, &mut n).is_err(), "another page's data");
-        assert!(m.check(0, &page(2, 0, 1, 4096), &mut n).is_err(), "another tenant");
+        assert!(
+            m.check(0, &page(2, 0, 1, 4096), &mut n).is_err(),
+            "another tenant"
+        );
         assert!(m.check(1, &[0; 4096], &mut n).is_ok());
         m.trim(0);
         m.fua(0);
         assert!(m.check(0, &v2, &mut n).is_err(), "the trim was FUA");
-        assert_eq!(n, Checks { durable: 2, consistent: 1 });
+        assert_eq!(
+            n,
+            Checks {
+                durable: 2,
+                consistent: 1
+            }
+        );
     }
 
     #[test]
@@ -694,7 +708,11 @@ mod tests {
         d.write(4096, &[3; 4096], false).unwrap();
         d.write(4096, &[4; 4096], true).unwrap();
         let p = d.point();
-        assert_eq!(p.units(), 1, "the FUA write retired the older write of its block");
+        assert_eq!(
+            p.units(),
+            1,
+            "the FUA write retired the older write of its block"
+        );
         p.disk(&[true]).read(4096, &mut b).unwrap();
         assert_eq!(b, [4; 4096]);
         d.flush().unwrap();

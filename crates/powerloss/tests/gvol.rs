@@ -109,8 +109,13 @@ fn run(seed: u64, ops: u64, points: u64, per_point: u64) -> Result<(Figures, u64
     let clock = Arc::new(VirtualClock::new(1));
     let ckpt = SnapCheckpoints::default();
     let create = |c: &VssdConfig| {
-        Vssd::create(dev.clone(), c.clone(), clock.clone(), Arc::new(ckpt.clone()))
-            .map_err(|e| format!("create {}: {e}", c.name))
+        Vssd::create(
+            dev.clone(),
+            c.clone(),
+            clock.clone(),
+            Arc::new(ckpt.clone()),
+        )
+        .map_err(|e| format!("create {}: {e}", c.name))
     };
     let plain_cfg = cfg(1, 0, "plain");
     let gcfg = [cfg(10, 10, "gssd-a"), cfg(11, 20, "gssd-b")];
@@ -140,7 +145,11 @@ fn run(seed: u64, ops: u64, points: u64, per_point: u64) -> Result<(Figures, u64
         clock.advance(20_000);
         fig.gc_runs = gc_done
             + plain.stats().gc_runs
-            + gssd.iter().flatten().map(|v| v.stats().gc_runs).sum::<u64>();
+            + gssd
+                .iter()
+                .flatten()
+                .map(|v| v.stats().gc_runs)
+                .sum::<u64>();
         let ctx = |e: String| format!("seed {seed} op {op}: {e}");
         step(&mut rng, &mut vols, &Mix::default()).map_err(ctx)?;
         match &mut mig {
@@ -180,7 +189,11 @@ fn run(seed: u64, ops: u64, points: u64, per_point: u64) -> Result<(Figures, u64
         let point = dev.crash_point().expect("recording");
         let ck = ckpt.snapshot();
         let mut live = vec![plain_cfg.clone()];
-        live.extend((0..2).filter(|&i| gssd[i].is_some()).map(|i| gcfg[i].clone()));
+        live.extend(
+            (0..2)
+                .filter(|&i| gssd[i].is_some())
+                .map(|i| gcfg[i].clone()),
+        );
         let snap = Snap {
             live,
             target: gcfg[on].id,
@@ -237,5 +250,8 @@ fn harvest_volumes_survive_power_loss_during_migration() {
 #[ignore]
 fn harvest_volumes_survive_power_loss_long() {
     let (fig, migrations) = suite(20, 3000, 50, 50);
-    println!("{} ({migrations} migrations)", fig.line("harvest volume, long"));
+    println!(
+        "{} ({migrations} migrations)",
+        fig.line("harvest volume, long")
+    );
 }

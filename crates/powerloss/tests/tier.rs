@@ -18,7 +18,9 @@ use cache::{PolicyConfig, PolicyKind};
 use clock::VirtualClock;
 use flash::{FlashDevice, Geometry, Timing};
 use ftl::{max_capacity, Extent, GcPolicyKind, Vssd, VssdConfig};
-use powerloss::{choose_disk, step, Chooser, CrashDisk, Figures, Mix, SnapCheckpoints, Vol, VolModel};
+use powerloss::{
+    choose_disk, step, Chooser, CrashDisk, Figures, Mix, SnapCheckpoints, Vol, VolModel,
+};
 use rng::SplitMix64;
 use tier::{CacheTier, TierSetup, VolumeSpec};
 
@@ -83,7 +85,15 @@ fn run(seed: u64, ops: u64, points: u64, per_point: u64) -> Result<Figures, Stri
     let cfgs = [cfg(1, 0, "plain"), cfg(2, 10, "cache")];
     let vssds: Vec<Arc<Vssd>> = cfgs
         .iter()
-        .map(|c| Vssd::create(dev.clone(), c.clone(), clock.clone(), Arc::new(ckpt.clone())).unwrap())
+        .map(|c| {
+            Vssd::create(
+                dev.clone(),
+                c.clone(),
+                clock.clone(),
+                Arc::new(ckpt.clone()),
+            )
+            .unwrap()
+        })
         .collect();
     let disk = Arc::new(CrashDisk::new(2 * VOL));
     let t = tier(disk.clone(), vssds[1].clone(), policy);
@@ -105,7 +115,8 @@ fn run(seed: u64, ops: u64, points: u64, per_point: u64) -> Result<Figures, Stri
     for op in 0..ops {
         clock.advance(20_000);
         fig.gc_runs = vssds.iter().map(|v| v.stats().gc_runs).sum();
-        step(&mut rng, &mut vols, &Mix::default()).map_err(|e| format!("seed {seed} op {op}: {e}"))?;
+        step(&mut rng, &mut vols, &Mix::default())
+            .map_err(|e| format!("seed {seed} op {op}: {e}"))?;
         // Reads fill the cache (a tier only admits on access).
         let v = 1 + rng.below(2);
         let lba = rng.below((VOL / PAGE as u64) as usize) as u64;
@@ -170,7 +181,10 @@ fn suite(seeds: u64, ops: u64, points: u64, default_per_point: u64) -> Figures {
 #[test]
 fn the_cache_tier_survives_power_loss() {
     let fig = suite(3, 1000, 20, 20);
-    println!("{}", fig.line("cache tier: 2 volumes, vSSD cache, crash disk backing"));
+    println!(
+        "{}",
+        fig.line("cache tier: 2 volumes, vSSD cache, crash disk backing")
+    );
     assert!(fig.states >= 1000);
 }
 

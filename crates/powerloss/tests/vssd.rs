@@ -46,7 +46,7 @@ fn cfg(id: u32, first_block: u32) -> VssdConfig {
         name: format!("t{id}"),
         capacity_bytes: default_capacity(&g, &extents),
         extents,
-        gc: if id % 2 == 0 {
+        gc: if id.is_multiple_of(2) {
             GcPolicyKind::Greedy
         } else {
             GcPolicyKind::CostBenefit
@@ -109,7 +109,13 @@ fn run(seed: u64, ops: u64, points: u64, per_point: u64, mix: Mix) -> Result<Fig
     let vssds: Vec<Arc<Vssd>> = cfgs
         .iter()
         .map(|c| {
-            Vssd::create(dev.clone(), c.clone(), clock.clone(), Arc::new(ckpt.clone())).unwrap()
+            Vssd::create(
+                dev.clone(),
+                c.clone(),
+                clock.clone(),
+                Arc::new(ckpt.clone()),
+            )
+            .unwrap()
         })
         .collect();
     let mut vols: Vec<Vol> = cfgs
@@ -171,7 +177,11 @@ fn dump(live: &FlashDevice, point: &flash::CrashPoint, keep: &[bool]) {
             flash::UnitKind::PageData | flash::UnitKind::PageOob => {
                 let mut b = vec![0u8; PAGE];
                 let r = live.read(u.target, 0, &mut b, 0).is_ok();
-                format!("{:?} {:?}", live.oob(u.target), r.then(|| powerloss::decode(&b)))
+                format!(
+                    "{:?} {:?}",
+                    live.oob(u.target),
+                    r.then(|| powerloss::decode(&b))
+                )
             }
             _ => String::new(),
         };
@@ -181,14 +191,19 @@ fn dump(live: &FlashDevice, point: &flash::CrashPoint, keep: &[bool]) {
     let d = FlashDevice::from_crash_image(g, Timing::default(), &img).unwrap();
     for p in 0..g.total_pages() {
         if let Some(o) = d.oob(p) {
-            eprintln!("crash page {p} (block {}) {:?} intact={}", p / 8, o, d.oob_intact(p).is_some());
+            eprintln!(
+                "crash page {p} (block {}) {:?} intact={}",
+                p / 8,
+                o,
+                d.oob_intact(p).is_some()
+            );
         }
     }
 }
 
 /// Odd seeds sync rarely, so their crash points hold more unsynced units.
 fn mix(seed: u64) -> Mix {
-    if seed % 2 == 1 {
+    if !seed.is_multiple_of(2) {
         Mix {
             flush: 0.01,
             fua: 0.02,
