@@ -953,6 +953,36 @@ mod tests {
         assert!(err.to_string().contains("another geometry"), "{err}");
     }
 
+    /// A file-backed page whose record reached the disk but whose data did
+    /// not (a host crash) reads as torn: `oob` still decodes the record, but
+    /// `oob_intact` refuses it. Memory devices keep records without a check.
+    #[test]
+    fn a_torn_page_of_a_file_device_fails_its_data_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        let backend = Backend::File { path: path.clone() };
+        let g = small();
+        {
+            let d = FlashDevice::open(&backend, g, Timing::default()).unwrap();
+            d.program(0, &[7u8; 4096], &rec(0, 1), 0).unwrap();
+            d.program(1, &[8u8; 4096], &rec(1, 2), 0).unwrap();
+            d.sync().unwrap();
+        }
+        // The data of page 1 never made it to the disk.
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&[0u8; 4096], 4096).unwrap();
+        let d = FlashDevice::open(&backend, g, Timing::default()).unwrap();
+        assert_eq!(d.write_ptr(0), 2);
+        assert_eq!(d.oob_intact(0), Some(rec(0, 1)));
+        assert_eq!(d.oob(1), Some(rec(1, 2)));
+        assert_eq!(d.oob_intact(1), None);
+        let m = FlashDevice::memory(g, Timing::default()).unwrap();
+        m.program(0, &[7u8; 4096], &rec(0, 1), 0).unwrap();
+        assert_eq!(m.oob_intact(0), Some(rec(0, 1)));
+        assert!(!m.crash_exposed() && d.crash_exposed());
+    }
+
     /// Channel 0 die 0 holds blocks 0..4; `setup` programs page 0 of block 0
     /// (to be read) and lets everything finish by `T0`.
     const T0: Nanos = 10_000_000;
