@@ -445,6 +445,14 @@ impl Figures {
     }
 }
 
+/// Prints a figures line where `cargo test` shows it without
+/// `--nocapture`: straight to the process's stderr (the test harness
+/// captures only the `print!` family of macros).
+pub fn report(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// How many crash states per crash point: `FLEXSSD_POWERLOSS_STATES` (total
 /// wanted) over `points`, else `default`.
 pub fn states_per_point(points: u64, default: u64) -> u64 {

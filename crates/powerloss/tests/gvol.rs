@@ -238,10 +238,10 @@ fn suite(seeds: u64, ops: u64, points: u64, default_per_point: u64) -> (Figures,
 #[test]
 fn harvest_volumes_survive_power_loss_during_migration() {
     let (fig, migrations) = suite(3, 1200, 20, 20);
-    println!(
+    powerloss::report(&format!(
         "{} ({migrations} migrations completed)",
         fig.line("gSSD-backed harvest volume migrating, beside a vSSD")
-    );
+    ));
     assert!(migrations >= 6, "the run must migrate: {migrations}");
     assert!(fig.states >= 1000);
 }
@@ -250,8 +250,8 @@ fn harvest_volumes_survive_power_loss_during_migration() {
 #[ignore]
 fn harvest_volumes_survive_power_loss_long() {
     let (fig, migrations) = suite(20, 3000, 50, 50);
-    println!(
+    powerloss::report(&format!(
         "{} ({migrations} migrations)",
         fig.line("harvest volume, long")
-    );
+    ));
 }

@@ -181,10 +181,7 @@ fn suite(seeds: u64, ops: u64, points: u64, default_per_point: u64) -> Figures {
 #[test]
 fn the_cache_tier_survives_power_loss() {
     let fig = suite(3, 1000, 20, 20);
-    println!(
-        "{}",
-        fig.line("cache tier: 2 volumes, vSSD cache, crash disk backing")
-    );
+    powerloss::report(&fig.line("cache tier: 2 volumes, vSSD cache, crash disk backing"));
     assert!(fig.states >= 1000);
 }
 
@@ -192,5 +189,5 @@ fn the_cache_tier_survives_power_loss() {
 #[ignore]
 fn the_cache_tier_survives_power_loss_long() {
     let fig = suite(20, 3000, 50, 50);
-    println!("{}", fig.line("cache tier, long"));
+    powerloss::report(&fig.line("cache tier, long"));
 }

@@ -230,7 +230,7 @@ fn suite(seeds: u64, ops: u64, points: u64, default_per_point: u64) -> Figures {
 #[test]
 fn vssds_survive_power_loss() {
     let fig = suite(4, 1500, 25, 24);
-    println!("{}", fig.line("two vSSDs, GC, trims, checkpoints"));
+    powerloss::report(&fig.line("two vSSDs, GC, trims, checkpoints"));
     assert!(fig.states >= 2000, "{}", fig.line("too few"));
 }
 
@@ -239,7 +239,7 @@ fn vssds_survive_power_loss() {
 #[ignore]
 fn vssds_survive_power_loss_long() {
     let fig = suite(40, 4000, 50, 50);
-    println!("{}", fig.line("two vSSDs, long"));
+    powerloss::report(&fig.line("two vSSDs, long"));
 }
 
 /// The checker catches a device that loses acknowledged writes: with FLUSH
@@ -252,6 +252,6 @@ fn the_checker_catches_a_skipped_flush() {
         ..Mix::default()
     };
     let e = run(7, 600, 20, 12, mix).expect_err("a skipped flush went unnoticed");
-    println!("injected bug caught: {e}");
+    powerloss::report(&format!("injected bug caught: {e}"));
     assert!(e.contains("acknowledged durable"), "{e}");
 }
