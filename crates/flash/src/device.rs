@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::Store;
 use crate::{
-    Backend, BlockId, DirtySet, FlashError, Geometry, Oob, PageId, Result, Timing, OOB_SIZE,
+    Backend, BlockId, CrashImage, CrashPoint, DirtySet, FlashError, Geometry, Oob, PageId, Result,
+    Timing, OOB_SIZE,
 };
 
 /// A channel bus timeline: the busy intervals still in the future, so that a short
@@ -380,6 +381,11 @@ impl FlashDevice {
         geo.validate()?;
         timing.validate()?;
         let (store, _fresh) = Store::open(backend, geo)?;
+        Ok(Self::with_store(store, geo, timing))
+    }
+
+    /// A device over `store`; write pointers rebuilt from its OOB records.
+    fn with_store(store: Store, geo: Geometry, timing: Timing) -> Self {
         let bpc = geo.blocks_per_channel() as usize;
         let mut channels = Vec::with_capacity(geo.channels as usize);
         for ch in 0..geo.channels {
@@ -402,7 +408,7 @@ impl FlashDevice {
                 write_ptr,
             }));
         }
-        Ok(Self {
+        Self {
             geo,
             timing,
             store,
@@ -411,7 +417,7 @@ impl FlashDevice {
             programs: AtomicU64::new(0),
             erases: AtomicU64::new(0),
             suspends: AtomicU64::new(0),
-        })
+        }
     }
 
     /// A memory-backed device (convenience for tests and the simulator).
@@ -529,10 +535,9 @@ impl FlashDevice {
                 next,
             });
         }
-        // Data first, then the OOB record: a page whose record is present is complete.
-        // SAFETY: page in range; channel lock held.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.store.page_ptr(p), ps) };
-        self.store.set_oob(p, &oob.encode());
+        // Data first, then the OOB record: after a kill -9 a page whose record
+        // is present is complete; after a host crash, see `Store::program`.
+        self.store.program(p, data, oob);
         c.write_ptr[bi] = next + 1;
         let c = &mut *c;
         let d = &mut c.dies[die];
@@ -616,6 +621,51 @@ impl FlashDevice {
         let mut raw = [0u8; OOB_SIZE];
         raw.copy_from_slice(self.store.oob(p));
         Oob::decode(&raw)
+    }
+
+    /// The OOB record of page `p` if it is programmed with a valid record
+    /// *and* its data is the data the record was written with: `None` for a
+    /// page a host crash tore (record persisted, data not; see
+    /// [`Oob::encode_checked`]). Reads the page's data: recovery's check.
+    pub fn oob_intact(&self, p: PageId) -> Option<Oob> {
+        if p >= self.geo.total_pages() {
+            return None;
+        }
+        let (b, _) = self.geo.split(p);
+        let (ch, _, _) = self.locate(b);
+        let _c = self.channels[ch].lock();
+        let oob = Oob::decode(self.store.oob(p))?;
+        self.store.intact(p).then_some(oob)
+    }
+
+    /// Whether the device's bytes can outlive a host crash (a file, or a
+    /// device recording crash states): then write ordering matters (what
+    /// must be durable before what), and FTLs pay for it; on a memory device
+    /// it does not.
+    pub fn crash_exposed(&self) -> bool {
+        self.store.crash_exposed()
+    }
+
+    /// Starts recording what a host crash could leave of the device (see
+    /// [`crate::crashrec`]): the bytes now are taken as durable, and every
+    /// later program, erase and sync is logged. For tests; idempotent.
+    pub fn record_crashes(&self) {
+        self.store.record();
+    }
+
+    /// The crash point now: the durable image and the writes since (`None`
+    /// unless [`FlashDevice::record_crashes`] was called).
+    pub fn crash_point(&self) -> Option<CrashPoint> {
+        self.store.crash_point()
+    }
+
+    /// A memory device holding a crash state, with its write pointers
+    /// rebuilt from the OOB records as [`FlashDevice::open`] does.
+    pub fn from_crash_image(geo: Geometry, timing: Timing, img: &CrashImage) -> Result<Self> {
+        geo.validate()?;
+        timing.validate()?;
+        let store = Store::from_image(geo, img)?;
+        Ok(Self::with_store(store, geo, timing))
     }
 
     /// The next programmable page of block `b` (0 = erased, pages_per_block = full).
@@ -905,6 +955,36 @@ mod tests {
         };
         let err = FlashDevice::open(&backend, other, Timing::default()).unwrap_err();
         assert!(err.to_string().contains("another geometry"), "{err}");
+    }
+
+    /// A file-backed page whose record reached the disk but whose data did
+    /// not (a host crash) reads as torn: `oob` still decodes the record, but
+    /// `oob_intact` refuses it. Memory devices keep records without a check.
+    #[test]
+    fn a_torn_page_of_a_file_device_fails_its_data_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        let backend = Backend::File { path: path.clone() };
+        let g = small();
+        {
+            let d = FlashDevice::open(&backend, g, Timing::default()).unwrap();
+            d.program(0, &[7u8; 4096], &rec(0, 1), 0).unwrap();
+            d.program(1, &[8u8; 4096], &rec(1, 2), 0).unwrap();
+            d.sync().unwrap();
+        }
+        // The data of page 1 never made it to the disk.
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&[0u8; 4096], 4096).unwrap();
+        let d = FlashDevice::open(&backend, g, Timing::default()).unwrap();
+        assert_eq!(d.write_ptr(0), 2);
+        assert_eq!(d.oob_intact(0), Some(rec(0, 1)));
+        assert_eq!(d.oob(1), Some(rec(1, 2)));
+        assert_eq!(d.oob_intact(1), None);
+        let m = FlashDevice::memory(g, Timing::default()).unwrap();
+        m.program(0, &[7u8; 4096], &rec(0, 1), 0).unwrap();
+        assert_eq!(m.oob_intact(0), Some(rec(0, 1)));
+        assert!(!m.crash_exposed() && d.crash_exposed());
     }
 
     /// Channel 0 die 0 holds blocks 0..4; `setup` programs page 0 of block 0

@@ -21,6 +21,7 @@
 //!   Both are memory mappings, so the data path is a `memcpy`; an erase punches a
 //!   hole, so erased data is gone from the file, not merely unmapped.
 
+pub mod crashrec;
 mod device;
 mod dirty;
 mod geometry;
@@ -28,6 +29,7 @@ mod oob;
 mod store;
 mod timing;
 
+pub use crashrec::{CrashImage, CrashPoint, Unit, UnitKind};
 pub use device::{DeviceStats, FlashDevice};
 pub use dirty::DirtySet;
 pub use geometry::{BlockId, Geometry, PageId, Pu};

@@ -31,8 +31,13 @@ use std::path::{Path, PathBuf};
 use memmap2::{MmapOptions, MmapRaw};
 use serde::{Deserialize, Serialize};
 
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
+
+use crate::crashrec::{CrashImage, CrashPoint, Recorder, Region, UnitKind};
 use crate::dirty::coalesce;
-use crate::{BlockId, DirtySet, FlashError, Geometry, PageId, Result, OOB_SIZE};
+use crate::{BlockId, DirtySet, FlashError, Geometry, Oob, PageId, Result, OOB_SIZE};
 
 const HEADER: usize = 4096;
 const FILE_MAGIC: &[u8; 8] = b"FLEXSSD1";
@@ -61,6 +66,8 @@ pub(crate) struct Store {
     inode_fsync: bool,
     erase_off: usize,
     oob_off: usize,
+    /// Power-loss recording, once started (see [`crate::crashrec`]).
+    rec: OnceLock<Mutex<Recorder>>,
 }
 
 /// OS page size the ranges are aligned to (msync needs page-aligned starts).
@@ -134,6 +141,7 @@ impl Store {
                         inode_fsync: false,
                         erase_off,
                         oob_off,
+                        rec: OnceLock::new(),
                     },
                     true,
                 ))
@@ -204,11 +212,84 @@ impl Store {
                         inode_fsync,
                         erase_off,
                         oob_off,
+                        rec: OnceLock::new(),
                     },
                     fresh,
                 ))
             }
         }
+    }
+
+    /// A memory store holding `img` (a crash state; see [`crate::crashrec`]).
+    pub(crate) fn from_image(geo: Geometry, img: &CrashImage) -> Result<Self> {
+        let (s, _) = Self::open(&Backend::Memory, geo)?;
+        if img.data.len() != s.data.len() || img.meta.len() != s.meta.len() {
+            return Err(FlashError::BadGeometry(
+                "crash image made with another geometry".into(),
+            ));
+        }
+        // SAFETY: both mappings are ours, just made, and as long as the image.
+        unsafe {
+            std::ptr::copy_nonoverlapping(img.data.as_ptr(), s.data.as_mut_ptr(), img.data.len());
+            std::ptr::copy_nonoverlapping(img.meta.as_ptr(), s.meta.as_mut_ptr(), img.meta.len());
+        }
+        Ok(s)
+    }
+
+    /// Starts power-loss recording: what the store holds now is taken as
+    /// durable. Idempotent.
+    pub(crate) fn record(&self) {
+        self.rec.get_or_init(|| {
+            // SAFETY: whole, in-bounds ranges of our own mappings.
+            let (data, meta) = unsafe {
+                (
+                    std::slice::from_raw_parts(self.data.as_ptr(), self.data.len()).to_vec(),
+                    std::slice::from_raw_parts(self.meta.as_ptr(), self.meta.len()).to_vec(),
+                )
+            };
+            Mutex::new(Recorder::new(data, meta))
+        });
+    }
+
+    /// The crash point now, if recording.
+    pub(crate) fn crash_point(&self) -> Option<CrashPoint> {
+        self.rec.get().map(|r| r.lock().point())
+    }
+
+    /// Whether the store's bytes can outlive a host crash (a file, or a
+    /// recording store), so that OOB records carry a check of their data.
+    pub(crate) fn crash_exposed(&self) -> bool {
+        self.data_file.is_some() || self.rec.get().is_some()
+    }
+
+    /// Programs page `p`: its data, then its OOB record (with a data check
+    /// where a crash can tear the two apart). Caller holds the channel lock.
+    pub(crate) fn program(&self, p: PageId, data: &[u8], oob: &Oob) {
+        let ps = self.geo.page_size as usize;
+        debug_assert_eq!(data.len(), ps);
+        // SAFETY: page in range (callers validate page ids); channel lock held.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.page_ptr(p), ps) };
+        let rec = if self.crash_exposed() {
+            oob.encode_checked(data)
+        } else {
+            oob.encode()
+        };
+        self.set_oob(p, &rec);
+        if let Some(r) = self.rec.get() {
+            let mut r = r.lock();
+            r.write(UnitKind::PageData, p, Region::Data, p as usize * ps, data);
+            let off = self.oob_off + p as usize * OOB_SIZE;
+            r.write(UnitKind::PageOob, p, Region::Meta, off, &rec);
+        }
+    }
+
+    /// Whether page `p`'s data is what its OOB record was written with (see
+    /// [`Oob::data_matches`]). Caller holds the page's channel lock.
+    pub(crate) fn intact(&self, p: PageId) -> bool {
+        let ps = self.geo.page_size as usize;
+        // SAFETY: page in range; the bytes are plain data; channel lock held.
+        let data = unsafe { std::slice::from_raw_parts(self.page_ptr(p), ps) };
+        Oob::data_matches(self.oob(p), data)
     }
 
     /// Pointer to a page's data. Caller holds the page's channel lock.
@@ -301,7 +382,34 @@ impl Store {
         // SAFETY: the block's OOB records lie inside the metadata mapping (see
         // `meta_len`), under the channel lock.
         unsafe { std::ptr::write_bytes(self.meta.as_mut_ptr().add(off), 0, ppb * OOB_SIZE) };
-        self.set_erase_count(b, self.erase_count(b).saturating_add(1));
+        let count = self.erase_count(b).saturating_add(1);
+        self.set_erase_count(b, count);
+        if let Some(r) = self.rec.get() {
+            let mut r = r.lock();
+            let b64 = u64::from(b);
+            r.write(
+                UnitKind::EraseData,
+                b64,
+                Region::Data,
+                start,
+                &vec![0; bytes],
+            );
+            r.write(
+                UnitKind::EraseOob,
+                b64,
+                Region::Meta,
+                off,
+                &vec![0; ppb * OOB_SIZE],
+            );
+            let at = self.erase_off + b as usize * 4;
+            r.write(
+                UnitKind::EraseCount,
+                b64,
+                Region::Meta,
+                at,
+                &count.to_le_bytes(),
+            );
+        }
         Ok(())
     }
 
@@ -342,6 +450,9 @@ impl Store {
             self.data.flush()?;
             self.meta.flush()?;
         }
+        if let Some(r) = self.rec.get() {
+            r.lock().synced(None, None);
+        }
         Ok(())
     }
 
@@ -349,9 +460,9 @@ impl Store {
     /// OOB records, and erased blocks' data (holes), OOB records and erase
     /// counts. Nothing else of the device is written back.
     pub(crate) fn sync_dirty(&self, dirty: &DirtySet) -> Result<()> {
-        let (Some(data_file), Some(meta_file)) = (&self.data_file, &self.meta_file) else {
+        if self.data_file.is_none() && self.rec.get().is_none() {
             return Ok(());
-        };
+        }
         let ps = self.geo.page_size as usize;
         let mut data = Vec::with_capacity(dirty.len());
         let mut meta = Vec::with_capacity(dirty.len() * 2);
@@ -364,28 +475,43 @@ impl Store {
                 meta.push((self.erase_off + b as usize * 4, 4));
             }
         }
-        let data = coalesce(data, OS_PAGE);
-        let meta = coalesce(meta, OS_PAGE);
+        let (data, meta) = (coalesce(data, OS_PAGE), coalesce(meta, OS_PAGE));
+        if let (Some(data_file), Some(meta_file)) = (&self.data_file, &self.meta_file) {
+            self.sync_files(data_file, meta_file, &data, &meta)?;
+        }
+        if let Some(r) = self.rec.get() {
+            r.lock().synced(Some(&data), Some(&meta));
+        }
+        Ok(())
+    }
+
+    /// Syncs page-aligned, sorted, disjoint ranges of the two files; see the
+    /// module docs for the one-commit scheme.
+    fn sync_files(
+        &self,
+        data_file: &File,
+        meta_file: &File,
+        data: &[(usize, usize)],
+        meta: &[(usize, usize)],
+    ) -> Result<()> {
         if !self.inode_fsync {
             // Each range its own msync (see the module docs).
-            for (map, ranges) in [(&self.data, &data), (&self.meta, &meta)] {
+            for (map, ranges) in [(&self.data, data), (&self.meta, meta)] {
                 for &(off, len) in ranges {
                     map.flush_range(off, len)?;
                 }
             }
             return Ok(());
         }
-        // Both files' pages first, then one commit: the blocks their write-back
-        // allocates join the journal transaction that the data file's msync
-        // commits, and the metadata file's msync finds it committed (a device
-        // cache flush at most), instead of committing a second one.
-        // Start every write, then wait for them all: the two files' writes
-        // are in flight together (one device round trip, not two).
+        // Both files' pages first, then one commit: the blocks the data file's
+        // write-back allocates join the journal transaction that its msync
+        // commits. Every write is started before any is waited for, so the
+        // two files' writes are in flight together (one device round trip).
         let start = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE;
-        write_back(data_file, &data, start)?;
-        write_back(meta_file, &meta, start)?;
-        write_back(data_file, &data, libc::SYNC_FILE_RANGE_WAIT_AFTER)?;
-        write_back(meta_file, &meta, libc::SYNC_FILE_RANGE_WAIT_AFTER)?;
+        write_back(data_file, data, start)?;
+        write_back(meta_file, meta, start)?;
+        write_back(data_file, data, libc::SYNC_FILE_RANGE_WAIT_AFTER)?;
+        write_back(meta_file, meta, libc::SYNC_FILE_RANGE_WAIT_AFTER)?;
         match (data.last(), meta.last()) {
             // The metadata file is fully allocated (`fill_holes`), so its pages,
             // written back and complete, need no commit: the cache flush of the

@@ -80,6 +80,9 @@ pub(crate) struct Inner {
     pub(crate) lending: Vec<u32>,
     /// Pages programmed and blocks erased since the last sync (see `sync`).
     pub(crate) dirty: DirtySet,
+    /// The sets of the group syncs running now, by token: not durable until
+    /// they finish, and GC must see them (see `Vssd::erase_after_moves`).
+    pub(crate) syncing: Vec<(u64, DirtySet)>,
 }
 
 /// A virtual SSD. Implements [`BlockDev`]; every method is thread-safe.
@@ -98,6 +101,8 @@ pub struct Vssd {
     lend_lock: Mutex<()>,
     /// Group commit of `Inner::dirty`.
     syncs: sync::SyncGroup,
+    /// Tokens of `Inner::syncing`.
+    sync_tokens: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Vssd {
@@ -131,6 +136,7 @@ impl Vssd {
             lent: cfg.lent.clone(),
             lending: Vec::new(),
             dirty: DirtySet::new(),
+            syncing: Vec::new(),
         };
         Ok(Self {
             policy: cfg.gc.build(),
@@ -145,6 +151,7 @@ impl Vssd {
             inner: Mutex::new(inner),
             lend_lock: Mutex::new(()),
             syncs: sync::SyncGroup::default(),
+            sync_tokens: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -318,13 +325,25 @@ impl Vssd {
     /// only those: group commit of its dirty set (see `sync`). No lock is held
     /// while the pages are written back.
     fn sync_own(&self) -> IoResult<()> {
-        self.syncs
-            .flush(
-                || std::mem::take(&mut self.inner.lock().dirty),
-                |set| self.dev.sync_dirty(set).map_err(|e| e.to_string()),
-                |set| self.inner.lock().dirty.merge(set),
-            )
-            .map_err(|e| IoError::Media(format!("vSSD {}: sync: {e}", self.cfg.name)))
+        let token = self
+            .sync_tokens
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let r = self.syncs.flush(
+            || {
+                let mut g = self.inner.lock();
+                let set = std::mem::take(&mut g.dirty);
+                if self.dev.crash_exposed() && !set.is_empty() {
+                    g.syncing.push((token, set.clone()));
+                }
+                set
+            },
+            |set| self.dev.sync_dirty(set).map_err(|e| e.to_string()),
+            |set| self.inner.lock().dirty.merge(set),
+        );
+        if self.dev.crash_exposed() {
+            self.inner.lock().syncing.retain(|(t, _)| *t != token);
+        }
+        r.map_err(|e| IoError::Media(format!("vSSD {}: sync: {e}", self.cfg.name)))
     }
 
     /// Syncs that wrote something back since the vSSD was opened (flushes

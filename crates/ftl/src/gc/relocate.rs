@@ -116,8 +116,7 @@ impl Vssd {
             return Ok(false);
         }
         let id = g.blocks[victim as usize].id;
-        self.dev.erase(id, t)?;
-        g.dirty.erased(&self.geo, id);
+        self.erase_after_moves(g, id, t)?;
         let blk = &mut g.blocks[victim as usize];
         debug_assert_eq!(blk.valid, 0);
         blk.state = BState::Free;
@@ -175,6 +174,38 @@ impl Vssd {
             g.map.l2p[owner as usize] = nlp;
         }
         Ok(Some(t.max(done)))
+    }
+
+    /// Erases block `id`, whose live pages were just moved, at `t`; first
+    /// makes durable every write of this vSSD so far. Why: a host crash may
+    /// persist the erase (the hole punched, the zeroed OOB records) without
+    /// writes still in the page cache, and the block holds (a) live pages
+    /// whose copies are such writes, and (b) stale versions that writes not
+    /// yet synced replaced. Either way a crash after the erase would lose a
+    /// version a FLUSH or FUA write had made durable (the power-loss harness,
+    /// `crates/powerloss`, found both). Writes in a group sync still running
+    /// are synced here too. Costs one sync of the vSSD's dirty pages per GC
+    /// erase on devices that can outlive a crash, nothing on memory devices.
+    pub(crate) fn erase_after_moves(
+        &self,
+        g: &mut Inner,
+        id: flash::BlockId,
+        t: Nanos,
+    ) -> Result<Nanos, FtlError> {
+        if self.dev.crash_exposed() {
+            let mut set = std::mem::take(&mut g.dirty);
+            let own = set.clone();
+            for (_, s) in &g.syncing {
+                set.merge(s.clone());
+            }
+            if let Err(e) = self.dev.sync_dirty(&set) {
+                g.dirty.merge(own);
+                return Err(e.into());
+            }
+        }
+        let done = self.dev.erase(id, t)?;
+        g.dirty.erased(&self.geo, id);
+        Ok(done)
     }
 
     /// Collects one whole victim block on `pu` (foreground GC). Returns false if

@@ -445,8 +445,7 @@ impl Vssd {
         }
         let id = g.blocks[b as usize].id;
         if self.dev.write_ptr(id) > 0 {
-            self.dev.erase(id, t)?;
-            g.dirty.erased(&self.geo, id);
+            self.erase_after_moves(g, id, t)?;
             g.counters.block_erases += 1;
         }
         let blk = &mut g.blocks[b as usize];

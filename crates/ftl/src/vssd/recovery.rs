@@ -9,6 +9,11 @@
 //! data page and trim record in sequence order, and finally rebuilds the block
 //! table (valid counts, free lists, one open block per unit). Checkpoints are what
 //! let trim records be dropped: a trim record the last checkpoint covers is dead.
+//!
+//! After a host crash (not a `kill -9`) a page's OOB record may have reached the
+//! disk without its data; the record carries a check of the data on devices
+//! that can outlive a crash, and the scan skips pages that fail it
+//! ([`flash::FlashDevice::oob_intact`]). That reads every programmed page once.
 
 use flash::OobKind;
 
@@ -65,7 +70,10 @@ impl Vssd {
             let wp = self.dev.write_ptr(id);
             for page in 0..wp {
                 let lp = bi as u32 * ppb + page;
-                let Some(oob) = self.dev.oob(self.geo.first_page(id) + page as u64) else {
+                // A page whose record survived a host crash but whose data did
+                // not (the kernel writes the two back separately) is no page:
+                // mapping it would serve zeros or an erased block's old bytes.
+                let Some(oob) = self.dev.oob_intact(self.geo.first_page(id) + page as u64) else {
                     continue;
                 };
                 if oob.owner != self.cfg.id {
