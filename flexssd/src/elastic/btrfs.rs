@@ -400,6 +400,10 @@ impl BtrfsVolume {
             "btrfs",
             &["device", "remove", &dev, &self.mount.to_string_lossy()],
         ) {
+            // A failed removal has moved some block groups already (and may move
+            // others back): relocation too.
+            let after = self.raw_stats();
+            self.relocation.record(before, after, moved);
             self.disks[i].info.state = DiskState::Active;
             return Err(e.context(format!(
                 "removing {} failed; it stays in the pool",
