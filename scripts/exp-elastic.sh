@@ -24,6 +24,7 @@
 #   scripts/exp-elastic.sh            (RUNS=5 RUN_S=80 by default; ~40 minutes)
 #   KEEP_RUNS=1 POLICIES=predictive scripts/exp-elastic.sh   (rerun one policy, keep the rest)
 #   PAGE_ONLY=1 scripts/exp-elastic.sh   (no runs: figure and page from the CSVs in docs/results)
+#   NOTE="..."   a remark printed under the results table (e.g. which policies were rerun when)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -209,7 +210,7 @@ PY
   --xlabel "time since controller start (s)" --ylabel "GiB"
 
 step "results page"
-OUT=$OUT RUN_S=$RUN_S COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" python3 - <<'PY'
+NOTE=${NOTE:-} OUT=$OUT RUN_S=$RUN_S COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" python3 - <<'PY'
 import csv, os, statistics as S
 OUT, RUN_S, COMMIT = os.environ["OUT"], os.environ["RUN_S"], os.environ["COMMIT"]
 runs = list(csv.DictReader(open(f"{OUT}/elastic-runs.csv")))
@@ -269,6 +270,9 @@ for p in POL:
       f"{PAPER[p][0]} | {PAPER[p][1]} | {PAPER[p][2]} |")
 P("")
 P("All runs, including those of smaller reserves that failed: `elastic-runs.csv`.")
+if os.environ.get("NOTE"):
+    P("")
+    P("**Note on these runs:** " + os.environ["NOTE"])
 P("")
 P("![used, expected and allocated over time](elastic-fig2b.svg)")
 P("")
