@@ -209,7 +209,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub opts: PolicyOpts,
     /// Time series of every probe (t_s, used, expected, allocated, disks, written,
-    /// action, action_s); replayable with `flexssd sim elastic --usage-trace`.
+    /// action, action_s, relocated; `written` leaves btrfs's relocation out, and
+    /// `relocated` is that relocation); replayable with `flexssd sim elastic --usage-trace`.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
     /// State directory (default: /run/flexssd-elastic/<mount path>).
@@ -415,7 +416,7 @@ fn run_volume(r: &RunArgs, api_url: &str) -> Result<()> {
                 std::fs::File::create(p).with_context(|| format!("create {}", p.display()))?;
             writeln!(
                 f,
-                "t_s,used,expected,allocated,disks,written,action,action_s"
+                "t_s,used,expected,allocated,disks,written,action,action_s,relocated"
             )?;
             Some(f)
         }
@@ -451,7 +452,7 @@ fn run_volume(r: &RunArgs, api_url: &str) -> Result<()> {
             if let Some(f) = csv.as_mut() {
                 writeln!(
                     f,
-                    "{:.3},{},{},{},{},{},{},{:.3}",
+                    "{:.3},{},{},{},{},{},{},{:.3},{}",
                     s.t as f64 / 1e9,
                     s.used,
                     s.expected,
@@ -459,7 +460,8 @@ fn run_volume(r: &RunArgs, api_url: &str) -> Result<()> {
                     s.disks,
                     s.written,
                     s.action,
-                    s.action_ns as f64 / 1e9
+                    s.action_ns as f64 / 1e9,
+                    s.relocated
                 )?;
                 f.flush()?;
             }

@@ -32,8 +32,13 @@ pub struct Sample {
     pub allocated: u64,
     /// Disks in the pool after the action.
     pub disks: usize,
-    /// Cumulative bytes written.
+    /// Cumulative bytes written on the application's behalf (what the predictor
+    /// reads).
     pub written: u64,
+    /// Cumulative bytes the file system wrote relocating its own data (not in
+    /// `written`).
+    #[serde(default)]
+    pub relocated: u64,
     /// What was done: "", "add", "remove", "add-failed", "remove-failed",
     /// "remove-skipped".
     pub action: String,
@@ -167,6 +172,7 @@ impl<V: Volume> Controller<V> {
             allocated: self.volume.size(),
             disks: self.volume.disks().len(),
             written: stats.written,
+            relocated: stats.relocated,
             action,
             action_ns,
             error,

@@ -118,6 +118,7 @@ mod tests {
             used,
             written,
             read: 0,
+            relocated: 0,
         }
     }
 

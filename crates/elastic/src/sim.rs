@@ -230,6 +230,7 @@ impl Volume for TraceVolume {
             used: self.used_at(now),
             written: self.value(now, |i| self.written[i]),
             read: 0,
+            relocated: 0,
         })
     }
 

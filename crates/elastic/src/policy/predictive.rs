@@ -140,6 +140,7 @@ mod tests {
             used,
             written,
             read,
+            relocated: 0,
         }
     }
 
