@@ -19,6 +19,7 @@
 #   FS="ext4 btrfs"    the file systems to run on
 #   DB_NUM=1000000     db_bench keys (100-byte values)
 #   OUT=DIR            also write DIR/bench-apps.csv (one row per measurement)
+#   SERVERS="fx kf km" the servers to run (flexssd, nbdkit file, nbdkit memory)
 #
 # Needs root (loop devices, mount), /dev/fuse, nbdfuse, nbdkit, nbdinfo,
 # PostgreSQL 15 (postgresql) and db_bench (rocksdb-tools); as root it installs
@@ -93,7 +94,7 @@ nbdkit -U "$WORK/kf.sock" --pidfile "$WORK/kf.pid" file "$WORK/disk.img"
 nbdkit -U "$WORK/km.sock" --pidfile "$WORK/km.pid" memory "$SIZE"
 for _ in $(seq 50); do [ -f "$WORK/kf.pid" ] && [ -f "$WORK/km.pid" ] && break; sleep 0.1; done
 PIDS+=("$(cat "$WORK/kf.pid")" "$(cat "$WORK/km.pid")")
-servers=(fx kf km)
+read -ra servers <<<"${SERVERS:-fx kf km}"
 declare -A URI=([fx]=$FX [kf]="nbd+unix:///?socket=$WORK/kf.sock" [km]="nbd+unix:///?socket=$WORK/km.sock")
 declare -A NAME=([fx]=flexssd [kf]="nbdkit file" [km]="nbdkit memory")
 
@@ -148,7 +149,8 @@ nfs=$(wc -w <<<"$FS")
 steps $((nfs * REPS * ${#servers[@]}))
 for fs in $FS; do
   for r in $(seq "$REPS"); do
-    order=("${servers[@]:$((r % 3))}" "${servers[@]:0:$((r % 3))}")
+    k=$((r % ${#servers[@]}))
+    order=("${servers[@]:$k}" "${servers[@]:0:$k}")
     for s in "${order[@]}"; do
       step "$fs, repetition $r: ${NAME[$s]}"
       attach "$s" "$fs"
@@ -176,7 +178,7 @@ for fs in $FS; do
   for w in "${rows[@]}"; do
     unit=ops/s; [ "$w" = pgbench ] && unit=tps
     # shellcheck disable=SC2086
-    fx=$(med ${got[$fs,fx,$w]}); kf=$(med ${got[$fs,kf,$w]}); km=$(med ${got[$fs,km,$w]})
+    fx=$(med ${got[$fs,fx,$w]:-0}); kf=$(med ${got[$fs,kf,$w]:-0}); km=$(med ${got[$fs,km,$w]:-0})
     echo "| $w ($unit) | $fx | $kf | $(ratio "$fx" "$kf") | $km | $(ratio "$fx" "$km") |"
   done
 done

@@ -549,7 +549,11 @@ fn fill_holes(file: &File, len: usize) -> Result<()> {
         }
         // SAFETY: as above.
         let data = unsafe { libc::lseek(fd, hole as libc::off_t, libc::SEEK_DATA) };
-        let end = if data < 0 { len } else { (data as usize).min(len) };
+        let end = if data < 0 {
+            len
+        } else {
+            (data as usize).min(len)
+        };
         let mut off = hole;
         while off < end {
             let n = (end - off).min(zeros.len());
