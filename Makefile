@@ -1,5 +1,5 @@
 # The two commands of the README.
-.PHONY: run test bench bench-flush bench-cluster fmt lint
+.PHONY: run test bench bench-flush bench-apps bench-cluster fmt lint
 
 # Build and start the daemon on its embedded default configuration.
 run:
@@ -17,6 +17,10 @@ bench:
 # What a flush costs: flexssd's default configuration against nbdkit file.
 bench-flush:
 	scripts/bench-flush.sh
+
+# PostgreSQL and RocksDB on ext4 and btrfs over flexssd and nbdkit (root).
+bench-apps:
+	scripts/bench-apps.sh
 
 # Fleet scale benchmark: 1,000 host agents and a scheduler on one etcd.
 bench-cluster:
