@@ -2,11 +2,11 @@
 //!
 //! A small REST surface over the [`HostManager`]; the CLI client uses nothing else.
 //! Every error is `{"error": "..."}` with a status that says whose fault it is:
-//! 400 bad input, 401 no valid token, 403 not this token's to see or change, 404
-//! unknown name, 409 conflict, 413 body above `[api] max_body_bytes`, 507 not
-//! enough free flash, 500 anything else. Lifecycle calls block (erasing flash
-//! takes a while), so they run on the blocking pool, never on the async workers
-//! that serve NBD.
+//! 400 bad input, 401 no valid token, 403 a route this token's role may not
+//! use, 404 unknown name (or one this token may not see), 409 conflict, 413
+//! body above `[api] max_body_bytes`, 507 not enough free flash, 500 anything
+//! else. Lifecycle calls block (erasing flash takes a while), so they run on
+//! the blocking pool, never on the async workers that serve NBD.
 //!
 //! **Who may do what.** With `[api] auth = "off"` every client is an admin. With
 //! `auth = "token"` a middleware ([`authenticate`]) checks the bearer token of
@@ -16,10 +16,17 @@
 //! unknown or revoked. Admin tokens may use every route. A tenant token sees and
 //! changes only what its tenant owns: vSSDs whose `tenant` is its tenant, the
 //! harvest volumes of those vSSDs, their SLAs, and events about them; lists are
-//! filtered for it, and a route about something else, or one that is host-wide
-//! (devices, curves, tiers, gSSDs, the harvester, tokens), is 403 naming what
-//! was refused. Nothing here logs a request's headers, so no token reaches the
-//! log.
+//! filtered for it. Tenants are strangers, so another tenant's vSSD or harvest
+//! volume does not exist for it: a read, change or delete that names one
+//! answers exactly as for a name nobody uses (404, `no vSSD named "x"`), so
+//! that names cannot be probed. A route that is host-wide (devices, curves,
+//! tiers, gSSDs, the harvester, tokens, the flash map) is 403 naming what was
+//! refused; that answer reveals no name, as it does not depend on one. Names
+//! are global, so creating a vSSD or harvest volume under a name that another
+//! tenant uses is a 409 (`a vSSD named "x" already exists`), the same as for
+//! one's own name: that a name is taken is the one thing a create cannot hide
+//! (see `create_vssd`). Nothing here logs a request's headers, so no token
+//! reaches the log.
 //!
 //! | route | |
 //! |---|---|
@@ -435,16 +442,15 @@ fn require_admin(p: &Principal, what: &str) -> ApiResult<()> {
     }
 }
 
-/// 404 if there is no vSSD `name`; 403 unless `p` owns it.
-fn require_vssd(st: &Shared, p: &Principal, name: &str, what: &str) -> ApiResult<VssdInfo> {
+/// The vSSD `name` if `p` may see it; else 404 with the manager's own
+/// message for a missing vSSD, whether it is missing or another tenant's, so
+/// that a tenant cannot tell the two apart.
+fn require_vssd(st: &Shared, p: &Principal, name: &str) -> ApiResult<VssdInfo> {
     let v = st.mgr.get(name)?;
     if p.owns(v.tenant.as_deref()) {
         Ok(v)
     } else {
-        Err(ApiError::forbidden(
-            p,
-            format_args!("{what} vSSD {name:?}: it is not its tenant's"),
-        ))
+        Err(ControlError::NoSuchVssd(name.into()).into())
     }
 }
 
@@ -472,23 +478,16 @@ fn owned(st: &Shared, p: &Principal) -> Owned {
     Owned { vssds, volumes }
 }
 
-/// 404 if there is no harvest volume `name`; 403 unless `p` owns its harvest
-/// tenant's vSSD.
-fn require_volume(
-    st: &Shared,
-    p: &Principal,
-    name: &str,
-    what: &str,
-) -> ApiResult<control::HarvestVolumeInfo> {
+/// The harvest volume `name` if `p` owns its harvest tenant's vSSD; else 404
+/// with the manager's own message for a missing volume, whether it is missing
+/// or another tenant's.
+fn require_volume(st: &Shared, p: &Principal, name: &str) -> ApiResult<control::HarvestVolumeInfo> {
     let v = st.mgr.harvest_volume(name)?;
     let owner = st.mgr.get(&v.tenant).ok().and_then(|t| t.tenant);
     if p.owns(owner.as_deref()) {
         Ok(v)
     } else {
-        Err(ApiError::forbidden(
-            p,
-            format_args!("{what} harvest volume {name:?}: it is not its tenant's"),
-        ))
+        Err(ControlError::NoSuchHarvestVolume(name.into()).into())
     }
 }
 
@@ -523,6 +522,11 @@ async fn list_vssds(State(st): State<Shared>, Caller(p): Caller) -> Json<Vec<Vss
     Json(list)
 }
 
+/// `POST /v1/vssds`. A tenant token creates for its own tenant only (403
+/// otherwise, which depends on no existing name). vSSD names are global, so a
+/// name already in use, by this tenant or another, is 409 with the same
+/// message either way: unavoidable, as the name cannot be given twice, but it
+/// says only that the name is taken, not whose it is.
 async fn create_vssd(
     State(st): State<Shared>,
     Caller(p): Caller,
@@ -559,7 +563,7 @@ async fn get_vssd(
     Caller(p): Caller,
     UrlPath(name): UrlPath<String>,
 ) -> ApiResult<Json<VssdDetail>> {
-    require_vssd(&st, &p, &name, "read")?;
+    require_vssd(&st, &p, &name)?;
     let d = blocking(&st, move |m| {
         let info = m.get(&name)?;
         Ok(VssdDetail {
@@ -576,7 +580,7 @@ async fn get_vssd_stats(
     Caller(p): Caller,
     UrlPath(name): UrlPath<String>,
 ) -> ApiResult<Json<VssdStats>> {
-    require_vssd(&st, &p, &name, "read the counters of")?;
+    require_vssd(&st, &p, &name)?;
     Ok(Json(blocking(&st, move |m| m.vssd_stats(&name)).await?))
 }
 
@@ -587,7 +591,7 @@ async fn reset_latency(
     Caller(p): Caller,
     UrlPath(name): UrlPath<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require_vssd(&st, &p, &name, "reset the latency window of")?;
+    require_vssd(&st, &p, &name)?;
     let n = name.clone();
     blocking(&st, move |m| m.reset_latency(&n)).await?;
     Ok(Json(serde_json::json!({ "reset": name })))
@@ -608,7 +612,7 @@ async fn get_sla(
     Caller(p): Caller,
     UrlPath(name): UrlPath<String>,
 ) -> ApiResult<impl IntoResponse> {
-    require_vssd(&st, &p, &name, "read the SLA of")?;
+    require_vssd(&st, &p, &name)?;
     Ok(Json(blocking(&st, move |m| m.vssd_sla(&name)).await?))
 }
 
@@ -620,7 +624,7 @@ async fn put_sla(
 ) -> ApiResult<impl IntoResponse> {
     // The manager re-checks under its lifecycle lock that this is still the
     // vSSD whose owner was checked (not one re-created under its name since).
-    let id = require_vssd(&st, &p, &name, "set the SLA of")?.id;
+    let id = require_vssd(&st, &p, &name)?.id;
     let sla: Option<sched::TenantSla> = body(&b)?;
     Ok(Json(
         blocking(&st, move |m| m.set_vssd_sla_expecting(&name, Some(id), sla)).await?,
@@ -663,7 +667,7 @@ async fn delete_vssd(
     Caller(p): Caller,
     UrlPath(name): UrlPath<String>,
 ) -> ApiResult<impl IntoResponse> {
-    let id = require_vssd(&st, &p, &name, "delete")?.id;
+    let id = require_vssd(&st, &p, &name)?.id;
     let n = name.clone();
     blocking(&st, move |m| m.delete_vssd_expecting(&n, Some(id))).await?;
     Ok(Json(serde_json::json!({ "deleted": name })))
@@ -739,7 +743,7 @@ async fn get_harvest_volume(
     Caller(p): Caller,
     UrlPath(name): UrlPath<String>,
 ) -> ApiResult<Json<control::HarvestVolumeInfo>> {
-    Ok(Json(require_volume(&st, &p, &name, "read")?))
+    Ok(Json(require_volume(&st, &p, &name)?))
 }
 
 async fn create_harvest_volume(
@@ -748,22 +752,17 @@ async fn create_harvest_volume(
     Body(b): Body,
 ) -> ApiResult<impl IntoResponse> {
     let req: control::HarvestRequest = body(&b)?;
-    if !p.is_admin() {
-        // The harvest tenant named must be one of the caller's vSSDs; an
-        // unknown one is left to the manager's own message.
-        if let Ok(v) = st.mgr.get(&req.tenant) {
-            if !p.owns(v.tenant.as_deref()) {
-                return Err(ApiError::forbidden(
-                    &p,
-                    format_args!(
-                        "ask for harvest volume {:?} for harvest tenant {:?}: that vSSD is not its tenant's",
-                        req.name, req.tenant
-                    ),
-                ));
-            }
-        }
-    }
-    let info = blocking(&st, move |m| m.harvest_volume_create(&req)).await?;
+    // For a tenant token, the manager treats another tenant's harvest tenant
+    // as a missing vSSD at the very point where it looks the tenant up, so
+    // every answer (a bad name, a taken name, a missing tenant) is the same
+    // as for a harvest tenant nobody has. Volume names are global: a taken
+    // one is 409 whoever holds it.
+    let caller = (!p.is_admin()).then(|| p.tenant.clone().unwrap_or_default());
+    let info = blocking(&st, move |m| match caller {
+        None => m.harvest_volume_create(&req),
+        Some(t) => m.harvest_volume_create_as(&req, &t),
+    })
+    .await?;
     Ok((
         StatusCode::CREATED,
         [(
@@ -779,7 +778,7 @@ async fn release_harvest_volume(
     Caller(p): Caller,
     UrlPath(name): UrlPath<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require_volume(&st, &p, &name, "release")?;
+    require_volume(&st, &p, &name)?;
     let n = name.clone();
     blocking(&st, move |m| m.harvest_volume_release(&n)).await?;
     Ok(Json(serde_json::json!({ "released": name })))

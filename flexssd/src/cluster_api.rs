@@ -7,7 +7,15 @@
 //! everything. A tenant token sees and changes only its own tenant's vSSDs
 //! and harvest volumes, sees only their events, and creates vSSDs for its own
 //! tenant only; the fleet's hosts, status, gSSD pool and tokens are for
-//! admins (403, naming what was refused). Missing or bad credentials are 401.
+//! admins (403, naming what was refused, which depends on no name). Tenants
+//! are strangers: for a tenant token, another tenant's vSSD, harvest volume
+//! or harvest tenant answers exactly as one that does not exist (404 with the
+//! scheduler's own message, [`ClusterError::no_vssd`] and its siblings), for
+//! reads, deletes and harvest requests alike, so names cannot be probed.
+//! Names are global, so creating a vSSD or harvest volume under a name in use
+//! is 409 (`... already exists in the fleet`) whoever uses it: a create
+//! cannot hide that a name is taken, only whose it is. Missing or bad
+//! credentials are 401.
 //! A follower forwards a change with the client's own Authorization header,
 //! and the active scheduler checks it again.
 
@@ -262,6 +270,10 @@ async fn h_list(
     Ok(Json(l))
 }
 
+/// `POST /v1/vssds`. A tenant token creates for its own tenant only (403
+/// otherwise, which depends on no existing name). Names are global: a name in
+/// use, by any tenant, is the scheduler's 409, the same message whoever holds
+/// it, so it tells that the name is taken and nothing about whose it is.
 async fn h_create(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let res = async {
         let p = principal(&st, &headers).await?;
@@ -295,7 +307,7 @@ async fn h_show(
     let p = principal(&st, &headers).await?;
     let v = st.sched.show(&name).await?;
     if !p.owns(v.vssd.tenant.as_deref()) {
-        return Err(forbidden(&p, &format!("see vSSD {name:?}")));
+        return Err(ClusterError::no_vssd(&name).into());
     }
     Ok(Json(v))
 }
@@ -308,7 +320,7 @@ async fn h_delete(
     let res = async {
         let p = principal(&st, &headers).await?;
         if !p.is_admin() && !p.owns(st.sched.show(&name).await?.vssd.tenant.as_deref()) {
-            return Err(forbidden(&p, &format!("delete vSSD {name:?}")));
+            return Err(ClusterError::no_vssd(&name).into());
         }
         Ok(st
             .sched
@@ -348,7 +360,7 @@ async fn h_harvest_show(
     let p = principal(&st, &headers).await?;
     let v = st.sched.harvest_show(&name).await?;
     if !p.owns(v.volume.owner.as_deref()) {
-        return Err(forbidden(&p, &format!("see harvest volume {name:?}")));
+        return Err(ClusterError::no_harvest_volume(&name).into());
     }
     Ok(Json(v))
 }
@@ -361,16 +373,10 @@ async fn h_harvest_request(
     let res = async {
         let p = principal(&st, &headers).await?;
         let req: control::HarvestRequest = parse(&body, "harvest request")?;
-        if !p.is_admin() {
-            // The tenant's own harvest tenant only; an unknown one gets the
-            // scheduler's 404.
-            if let Ok(t) = st.sched.show(&req.tenant).await {
-                if !p.owns(t.vssd.tenant.as_deref()) {
-                    return Err(forbidden(&p, &format!("harvest for vSSD {:?}", req.tenant)));
-                }
-            }
-        }
-        Ok(st.sched.harvest_request(&req).await)
+        // A tenant's own harvest tenant only: the scheduler answers another
+        // tenant's exactly as an unknown one, at the same point of its checks.
+        let caller = (!p.is_admin()).then(|| p.tenant.clone().unwrap_or_default());
+        Ok(st.sched.harvest_request_as(&req, caller.as_deref()).await)
     }
     .await;
     let path = "/v1/harvest/volumes";
@@ -394,7 +400,7 @@ async fn h_harvest_release(
     let res = async {
         let p = principal(&st, &headers).await?;
         if !p.is_admin() && !p.owns(st.sched.harvest_show(&name).await?.volume.owner.as_deref()) {
-            return Err(forbidden(&p, &format!("release harvest volume {name:?}")));
+            return Err(ClusterError::no_harvest_volume(&name).into());
         }
         Ok(st
             .sched

@@ -210,6 +210,7 @@ fn nbd_server_config(cfg: &Config) -> Result<nbd::ServerConfig> {
         handshake_timeout: Duration::from_millis(n.handshake_timeout_ms),
         max_connections: n.max_connections,
         max_connections_per_tenant: n.max_connections_per_tenant,
+        max_handshakes_per_source: n.max_handshakes_per_source,
         ..nbd::ServerConfig::default()
     })
 }

@@ -1,7 +1,7 @@
 //! The HTTP API with `[api] auth = "token"` (and HTTPS), as an operator turns
 //! it on: the real daemon, its CLI, curl and a CA made with the openssl CLI.
 //! Tenants see and change only their own vSSDs, harvest volumes, SLAs and
-//! events; bad, missing and revoked tokens get 401; oversized bodies 413
+//! events, and cannot tell another tenant's from a missing one; bad, missing and revoked tokens get 401; oversized bodies 413
 //! while other clients go on; no token reaches the log or the default
 //! configuration; a public address needs tokens and TLS or `--insecure`.
 
@@ -59,6 +59,49 @@ fn names(v: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Asks, as `token`, `method` on `path` with `{}` replaced by `theirs` (a
+/// name another tenant uses) and then by `missing` (a name nobody uses), and
+/// checks that both answers are the same: 404, and the same message once each
+/// name is written as `NAME`. Returns that message.
+fn same_as_missing(
+    d: &Daemon,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    theirs: &str,
+    missing: &str,
+) -> String {
+    let ask = |name: &str| {
+        let (code, v) = http_as(
+            d,
+            Some(token),
+            method,
+            &path.replace("{}", name),
+            body.cloned(),
+        );
+        let msg = v["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{method} {path} ({name}): no error: {v}"))
+            .replace(name, "NAME");
+        (
+            code,
+            msg,
+            v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()),
+        )
+    };
+    let (a, b) = (ask(theirs), ask(missing));
+    assert_eq!(
+        a.0, 404,
+        "{method} {path} on another tenant's {theirs}: {a:?}"
+    );
+    assert_eq!(
+        a, b,
+        "{method} {path}: another tenant's {theirs} is told apart from a missing {missing}"
+    );
+    a.1
+}
+
 fn vssd_names_as(d: &Daemon, token: &str) -> Vec<String> {
     let out = d.cli_as(Some(token), &["vssd", "list", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -96,35 +139,57 @@ fn tenants_see_and_change_only_their_own_vssds() {
     let (code, v) = http_as(&d, Some(&a), "GET", "/v1/vssds/a-db", None);
     assert_eq!((code, v["tenant"].as_str()), (200, Some("tenant-a")), "{v}");
 
-    // A cannot touch B's vSSD: 403 naming what was refused, and it survives.
-    let (code, v) = http_as(&d, Some(&a), "DELETE", "/v1/vssds/b-db", None);
-    assert_eq!(code, 403, "{v}");
-    let msg = v["error"].as_str().unwrap();
-    assert!(
-        msg.contains("tenant-a") && msg.contains("delete vSSD \"b-db\""),
-        "{msg}"
-    );
+    // A cannot touch B's vSSD, nor tell it from one that does not exist: every
+    // route that names a vSSD answers as for a missing one, and B's survives.
+    let sla = json!({"curve": [[0, 1000], [100, 0]]});
+    for (method, path, body) in [
+        ("GET", "/v1/vssds/{}", None),
+        ("GET", "/v1/vssds/{}/stats", None),
+        ("GET", "/v1/vssds/{}/sla", None),
+        ("PUT", "/v1/vssds/{}/sla", Some(&sla)),
+        ("PUT", "/v1/vssds/{}/sla", Some(&json!(null))),
+        ("POST", "/v1/vssds/{}/latency/reset", None),
+        ("GET", "/v1/vssds/{}/rates", None),
+        ("DELETE", "/v1/vssds/{}", None),
+    ] {
+        let msg = same_as_missing(&d, &a, method, path, body, "b-db", "nope");
+        assert_eq!(msg, "no vSSD named \"NAME\"", "{method} {path}");
+        // The shared vSSD (no tenant) is not a tenant's either.
+        same_as_missing(&d, &a, method, path, body, "default", "nope");
+    }
     let out = d.cli_as(Some(&a), &["vssd", "delete", "b-db"]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("forbidden"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no vSSD named \"b-db\""),
+        "{}",
+        stderr(&out)
+    );
     assert!(vssd_names_as(&d, &b).contains(&"b-db".to_string()));
-    for (method, path, body) in [
-        ("GET", "/v1/vssds/b-db", None),
-        ("GET", "/v1/vssds/b-db/stats", None),
-        ("GET", "/v1/vssds/b-db/sla", None),
+    let (code, v) = http_as(&d, Some(&b), "GET", "/v1/vssds/b-db/sla", None);
+    assert_eq!(code, 200, "B's SLA was left alone: {v}");
+    // Names are global: creating one B uses is refused, the same way as
+    // creating one A uses itself (409, saying only that it is taken).
+    let create = |name: &str| {
+        let (code, v) = http_as(
+            &d,
+            Some(&a),
+            "POST",
+            "/v1/vssds",
+            Some(json!({"name": name, "channels": 1})),
+        );
         (
-            "PUT",
-            "/v1/vssds/b-db/sla",
-            Some(json!({"curve": [[0, 1000], [100, 0]]})),
-        ),
-        ("GET", "/v1/vssds/default", None),
-    ] {
-        let (code, v) = http_as(&d, Some(&a), method, path, body);
-        assert_eq!(code, 403, "{method} {path}: {v}");
-    }
-    // Unknown names are still 404.
-    let (code, _) = http_as(&d, Some(&a), "GET", "/v1/vssds/nope", None);
-    assert_eq!(code, 404);
+            code,
+            v["error"].as_str().unwrap_or("").replace(name, "NAME"),
+        )
+    };
+    let taken = create("b-db");
+    assert_eq!(taken.0, 409, "{taken:?}");
+    assert_eq!(
+        taken,
+        create("a-db"),
+        "a name B holds answers as one A holds"
+    );
+    assert!(!taken.1.contains("tenant-b"), "{taken:?}");
     // Its own SLA it may set.
     ok(&a, &["sla", "set", "a-db", "--sla-curve", "0:1000,100:0"]);
     // No vSSDs for someone else.
@@ -313,16 +378,34 @@ unsold = false
         std::thread::sleep(Duration::from_millis(100));
     }
     let req = |tenant: &str| json!({"name": "vol-a", "tenant": tenant, "capacity": "1M"});
-    // A cannot harvest as B's harvest tenant, but can as its own.
-    let (code, v) = http_as(
-        &d,
-        Some(&a),
-        "POST",
-        "/v1/harvest/volumes",
-        Some(req("hv-b")),
-    );
-    assert_eq!(code, 403, "{v}");
-    assert!(v["error"].as_str().unwrap().contains("hv-b"), "{v}");
+    // A cannot harvest as B's harvest tenant, nor tell it from a missing
+    // one, with a good request or with a bad one; it can as its own.
+    let ask = |tenant: &str, name: &str, cap: &str| {
+        let (code, v) = http_as(
+            &d,
+            Some(&a),
+            "POST",
+            "/v1/harvest/volumes",
+            Some(json!({"name": name, "tenant": tenant, "capacity": cap})),
+        );
+        (
+            code,
+            v["error"].as_str().unwrap_or("").replace(tenant, "NAME"),
+        )
+    };
+    for (name, cap) in [
+        ("vol-a", "1M"),
+        ("bad name!", "1M"),
+        ("vol-a", "0"),
+        ("hv-a", "1M"),
+    ] {
+        assert_eq!(
+            ask("hv-b", name, cap),
+            ask("no-such-hv", name, cap),
+            "harvest request {name:?} {cap}"
+        );
+    }
+    assert_eq!(ask("hv-b", "vol-a", "1M").0, 404);
     let (code, v) = http_as(
         &d,
         Some(&a),
@@ -340,9 +423,19 @@ unsold = false
         ["vol-a"]
     );
     for method in ["GET", "DELETE"] {
-        let (code, v) = http_as(&d, Some(&b), method, "/v1/harvest/volumes/vol-a", None);
-        assert_eq!(code, 403, "{method}: {v}");
+        let msg = same_as_missing(
+            &d,
+            &b,
+            method,
+            "/v1/harvest/volumes/{}",
+            None,
+            "vol-a",
+            "nope",
+        );
+        assert_eq!(msg, "no harvest volume named \"NAME\"", "{method}");
     }
+    // B's vSSD is as unknown to A here too: its rates and SLA.
+    same_as_missing(&d, &a, "GET", "/v1/vssds/{}/rates", None, "hv-b", "nope");
     // Events: A's are all about its volume or its vSSDs; B gets none of them;
     // the admin gets every one.
     let events = |t: Option<&str>| {

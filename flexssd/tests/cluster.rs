@@ -2135,16 +2135,105 @@ fn fleet_tokens_scope_tenants() {
     assert_eq!(l.as_array().unwrap().len(), 2, "{l}");
     let (_, l) = http_as(a, "GET", &format!("{url}/v1/vssds"), None);
     assert_eq!(l.as_array().unwrap().len(), 3, "the admin sees all: {l}");
-    for (method, path, body) in [
-        ("GET", "/v1/vssds/b1", None),
-        ("DELETE", "/v1/vssds/b1", None),
-        ("GET", "/v1/harvest/volumes/bv", None),
-        ("DELETE", "/v1/harvest/volumes/bv", None),
+    // Bob's vSSDs, harvest volume and harvest tenant do not exist for alice:
+    // each answers as a name nobody uses, in status and message.
+    let as_alice = |method: &str, path: &str, body: Option<&Value>, name: &str| {
+        let (code, v) = http_as(
+            Some(&alice),
+            method,
+            &format!("{url}{}", path.replace("{}", name)),
+            body.map(|b| serde_json::from_str(&b.to_string().replace("{}", name)).unwrap())
+                .as_ref(),
+        );
+        let msg = v["error"]
+            .as_str()
+            .unwrap_or_default()
+            .replace(name, "NAME");
+        (code, msg)
+    };
+    let harvest_as = json!({"name": "av", "tenant": "{}", "capacity": "64MiB"});
+    let bad_harvest_as = json!({"name": "av", "tenant": "{}", "capacity": "0"});
+    for (method, path, body, theirs, says) in [
+        (
+            "GET",
+            "/v1/vssds/{}",
+            None,
+            "b1",
+            "no vSSD named \"NAME\" in the fleet",
+        ),
+        (
+            "DELETE",
+            "/v1/vssds/{}",
+            None,
+            "b1",
+            "no vSSD named \"NAME\" in the fleet",
+        ),
+        (
+            "GET",
+            "/v1/vssds/{}",
+            None,
+            "bh",
+            "no vSSD named \"NAME\" in the fleet",
+        ),
+        (
+            "GET",
+            "/v1/harvest/volumes/{}",
+            None,
+            "bv",
+            "no harvest volume named \"NAME\" in the fleet",
+        ),
+        (
+            "DELETE",
+            "/v1/harvest/volumes/{}",
+            None,
+            "bv",
+            "no harvest volume named \"NAME\" in the fleet",
+        ),
         (
             "POST",
             "/v1/harvest/volumes",
-            Some(json!({"name": "av", "tenant": "bh", "capacity": "64MiB"})),
+            Some(&harvest_as),
+            "bh",
+            "no vSSD named \"NAME\" in the fleet",
         ),
+        (
+            "POST",
+            "/v1/harvest/volumes",
+            Some(&bad_harvest_as),
+            "bh",
+            "",
+        ),
+    ] {
+        let got = as_alice(method, path, body, theirs);
+        assert_eq!(
+            got,
+            as_alice(method, path, body, "nobody"),
+            "alice {method} {path} tells bob's {theirs} from a missing name"
+        );
+        if !says.is_empty() {
+            assert_eq!(got.0, 404, "alice {method} {path} {theirs}: {got:?}");
+            assert!(
+                got.1.starts_with(says),
+                "alice {method} {path} {theirs}: {got:?}"
+            );
+        }
+    }
+    // Names are global: a name bob uses is taken for alice too, and answers as
+    // a name she uses herself (409, nothing about whose it is).
+    let create = |name: &str| {
+        as_alice(
+            "POST",
+            "/v1/vssds",
+            Some(&json!({"name": "{}", "channels": 1})),
+            name,
+        )
+    };
+    let taken = create("b1");
+    assert_eq!(taken.0, 409, "{taken:?}");
+    assert_eq!(taken, create("a1"));
+    assert!(!taken.1.contains("bob"), "{taken:?}");
+    // The fleet's own routes are the admin's: 403, naming no one else's name.
+    for (method, path, body) in [
         ("GET", "/v1/cluster/hosts", None),
         ("GET", "/v1/cluster/status", None),
         ("GET", "/v1/gssds", None),

@@ -76,6 +76,26 @@ pub enum ClusterError {
 }
 
 impl ClusterError {
+    /// There is no fleet vSSD `name`. The one message for it: the fleet API
+    /// gives a tenant token exactly this for another tenant's vSSD too, so
+    /// that a tenant cannot tell the two apart.
+    pub fn no_vssd(name: &str) -> Self {
+        ClusterError::NotFound(format!("no vSSD named {name:?} in the fleet"))
+    }
+
+    /// There is no fleet harvest volume `name` (see [`ClusterError::no_vssd`]).
+    pub fn no_harvest_volume(name: &str) -> Self {
+        ClusterError::NotFound(format!("no harvest volume named {name:?} in the fleet"))
+    }
+
+    /// A harvest request names a harvest tenant `name` that is no fleet vSSD
+    /// (see [`ClusterError::no_vssd`]).
+    pub fn no_harvest_tenant(name: &str) -> Self {
+        ClusterError::NotFound(format!(
+            "no vSSD named {name:?} in the fleet: a harvest tenant is a fleet vSSD created with --role harvest"
+        ))
+    }
+
     /// The HTTP status an API answers with.
     pub fn http_status(&self) -> u16 {
         match self {

@@ -45,8 +45,10 @@
 //!   resynchronised, so it ends the connection; a write that is merely invalid has
 //!   its payload consumed and gets an error. A write reaches the device only after
 //!   its whole payload has arrived. A handshake, TLS included, must finish within
-//!   [`ServerConfig::handshake_timeout`], and connections are capped in total and
-//!   per tenant, so idle or half-open clients cannot crowd others out.
+//!   [`ServerConfig::handshake_timeout`], connections are capped in total and
+//!   per tenant, and handshakes in flight are capped per source
+//!   ([`ServerConfig::max_handshakes_per_source`]), so idle or half-open
+//!   clients cannot crowd others out.
 //! * **Tenants see their own exports.** With TLS, the client's TLS identity names
 //!   its tenant, and [`tls::may_open`] decides which exports it may list and open
 //!   (an export's [`Export::owner`]); one it may not see answers as unknown.
@@ -54,6 +56,7 @@
 #![warn(missing_docs)]
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -220,6 +223,64 @@ pub struct ServerConfig {
     /// Most connections one TLS-authenticated tenant may have open at once; its
     /// next one is disconnected after the TLS handshake (default 64).
     pub max_connections_per_tenant: usize,
+    /// Most connections from one [`Source`] that may be in their handshake
+    /// (greeting to the choice of an export, TLS included) at once; the next
+    /// one from that source is closed at once, unanswered, with a warning
+    /// naming the source and the limit (default 16; 0: no limit). Against a
+    /// client that opens many connections and stalls each in the handshake
+    /// to crowd others out of [`ServerConfig::max_connections`] before
+    /// [`ServerConfig::handshake_timeout`] fires. A connection stops counting
+    /// as soon as its handshake ends, however it ends. Connections given to
+    /// [`Server::handle`] have no source and are not counted.
+    pub max_handshakes_per_source: usize,
+}
+
+/// Where a connection comes from, as [`ServerConfig::max_handshakes_per_source`]
+/// counts it.
+///
+/// * TCP: the peer's IPv4 address (an IPv4-mapped IPv6 address counts as its
+///   IPv4 address), or the /64 prefix of its IPv6 address, since one IPv6
+///   host usually holds a whole /64 and could otherwise pick a fresh address
+///   per connection.
+/// * Unix socket: the peer's user id (`SO_PEERCRED`). Processes of one user
+///   are not isolated from each other by the system anyway (each may signal
+///   or trace the others), so separating them would protect nothing, while
+///   one shared bucket would let any local user starve every other one. A
+///   peer whose credentials cannot be read counts as [`Source::Unknown`], one
+///   bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    /// A TCP peer: an IPv4 address, or an IPv6 address with its low 64 bits
+    /// cleared.
+    Ip(IpAddr),
+    /// A Unix-socket peer's user id.
+    Uid(u32),
+    /// A Unix-socket peer whose credentials could not be read.
+    Unknown,
+}
+
+impl Source {
+    /// The source a TCP peer at `ip` counts as.
+    pub fn of_ip(ip: IpAddr) -> Self {
+        match ip.to_canonical() {
+            IpAddr::V4(v4) => Source::Ip(IpAddr::V4(v4)),
+            IpAddr::V6(v6) => {
+                let bits = u128::from(v6) & !((1u128 << 64) - 1);
+                Source::Ip(IpAddr::V6(bits.into()))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Ip(IpAddr::V4(a)) => write!(f, "{a}"),
+            Source::Ip(IpAddr::V6(a)) => write!(f, "{a}/64"),
+            Source::Uid(u) => write!(f, "local uid {u}"),
+            Source::Unknown => f.write_str("local peer of unknown uid"),
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -234,6 +295,7 @@ impl Default for ServerConfig {
             handshake_timeout: Duration::from_secs(10),
             max_connections: 1024,
             max_connections_per_tenant: 64,
+            max_handshakes_per_source: 16,
         }
     }
 }
@@ -292,6 +354,8 @@ struct Inner {
     config: ServerConfig,
     /// Open connections per authenticated tenant.
     tenants: parking_lot::Mutex<BTreeMap<String, usize>>,
+    /// Connections in their handshake, per source.
+    handshakes: parking_lot::Mutex<BTreeMap<Source, usize>>,
 }
 
 /// A byte stream the server can split into a reader and a writer half once the
@@ -380,6 +444,7 @@ impl Server {
                 registry,
                 config,
                 tenants: parking_lot::Mutex::new(BTreeMap::new()),
+                handshakes: parking_lot::Mutex::new(BTreeMap::new()),
             }),
         }
     }
@@ -405,7 +470,10 @@ impl Server {
             if let Some(bytes) = sndbuf {
                 set_send_buffer(&stream, bytes);
             }
-            Ok(stream)
+            let source = stream
+                .peer_cred()
+                .map_or(Source::Unknown, |c| Source::Uid(c.uid()));
+            Ok((stream, source))
         };
         self.accept_loop(accept, shutdown).await
     }
@@ -424,13 +492,13 @@ impl Server {
             if let Err(e) = stream.set_nodelay(true) {
                 tracing::debug!(%peer, "set_nodelay failed: {e}");
             }
-            Ok(stream)
+            Ok((stream, Source::of_ip(peer.ip())))
         };
         self.accept_loop(accept, shutdown).await
     }
 
     /// The accept loop shared by every listener kind: `accept` yields a new,
-    /// configured connection.
+    /// configured connection and where it comes from.
     async fn accept_loop<F, Fut, S>(
         &self,
         mut accept: F,
@@ -438,7 +506,7 @@ impl Server {
     ) -> std::io::Result<()>
     where
         F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = std::io::Result<S>>,
+        Fut: std::future::Future<Output = std::io::Result<(S, Source)>>,
         S: Transport,
     {
         let max = self.inner.config.max_connections.max(1);
@@ -454,11 +522,17 @@ impl Server {
                         // Dropped unanswered: the client sees the connection close.
                         tracing::warn!(limit = max, "NBD connection refused: too many open connections ([nbd] max_connections)");
                     }
-                    Ok(stream) => {
-                        let inner = self.inner.clone();
-                        let sd = Some(shutdown.clone());
-                        conns.spawn(async move { log_end(inner.connection(stream, sd).await) });
-                    }
+                    Ok((stream, source)) => match self.inner.handshake_slot(source) {
+                        Err(limit) => {
+                            // Dropped unanswered, like a connection over max_connections.
+                            tracing::warn!(%source, limit, "NBD connection refused: {source} has {limit} handshakes in flight already ([nbd] max_handshakes_per_source)");
+                        }
+                        Ok(slot) => {
+                            let inner = self.inner.clone();
+                            let sd = Some(shutdown.clone());
+                            conns.spawn(async move { log_end(inner.connection(stream, sd, slot).await) });
+                        }
+                    },
                     Err(e) => accept_failed(e).await,
                 },
             }
@@ -474,7 +548,10 @@ impl Server {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        self.inner.clone().connection(Whole(stream), None).await
+        self.inner
+            .clone()
+            .connection(Whole(stream), None, None)
+            .await
     }
 
     async fn drain(&self, mut conns: JoinSet<()>) {
@@ -548,7 +625,44 @@ impl Drop for TenantSlot {
     }
 }
 
+/// Counts a connection from a source while its handshake lasts.
+struct HandshakeSlot {
+    inner: Arc<Inner>,
+    source: Source,
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        let mut h = self.inner.handshakes.lock();
+        if let Some(n) = h.get_mut(&self.source) {
+            *n -= 1;
+            if *n == 0 {
+                h.remove(&self.source);
+            }
+        }
+    }
+}
+
 impl Inner {
+    /// Counts a new connection from `source` as in its handshake: `Ok(None)`
+    /// without a limit, `Err(limit)` when `source` has that many already.
+    fn handshake_slot(self: &Arc<Self>, source: Source) -> Result<Option<HandshakeSlot>, usize> {
+        let limit = self.config.max_handshakes_per_source;
+        if limit == 0 {
+            return Ok(None);
+        }
+        let mut h = self.handshakes.lock();
+        let n = h.entry(source).or_insert(0);
+        if *n >= limit {
+            return Err(limit);
+        }
+        *n += 1;
+        Ok(Some(HandshakeSlot {
+            inner: self.clone(),
+            source,
+        }))
+    }
+
     /// Takes one of `tenant`'s connection slots, if it has one left.
     fn tenant_slot(self: &Arc<Self>, tenant: &str) -> Result<TenantSlot, NbdError> {
         let limit = self.config.max_connections_per_tenant.max(1);
@@ -567,10 +681,13 @@ impl Inner {
         })
     }
 
+    /// Serves one connection; `in_handshake` counts it against its source until
+    /// the handshake ends (dropped on every way out of it).
     async fn connection<S: Transport>(
         self: Arc<Self>,
         mut stream: S,
         shutdown: Option<watch::Receiver<bool>>,
+        in_handshake: Option<HandshakeSlot>,
     ) -> Result<(), NbdError> {
         let mut inbuf = inbuf::InBuf::new(512 * 1024);
         let mut stop = shutdown.clone();
@@ -586,6 +703,7 @@ impl Inner {
         match first {
             handshake::Outcome::Closed => Ok(()),
             handshake::Outcome::Go(neg) => {
+                drop(in_handshake);
                 let (rd, wr) = stream.halves();
                 self.transmit(rd, inbuf, wr, neg, shutdown).await
             }
@@ -626,6 +744,7 @@ impl Inner {
                 };
                 match second {
                     handshake::Outcome::Go(neg) => {
+                        drop(in_handshake);
                         let (rd, wr) = Whole(s).halves();
                         self.transmit(rd, inbuf, wr, neg, shutdown).await
                     }

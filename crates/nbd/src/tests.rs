@@ -1799,6 +1799,86 @@ mod authorization {
         (listed, opened)
     }
 
+    /// Every reply, error message included, that alice (over TLS) gets for
+    /// INFO and GO on `name`, with `name` itself written as `NAME`.
+    async fn replies_as_alice(client: &mut Client, name: &str) -> Vec<(u32, u32, String)> {
+        let mut got = Vec::new();
+        for option in [OPT_INFO, OPT_GO] {
+            let mut d = (name.len() as u32).to_be_bytes().to_vec();
+            d.extend_from_slice(name.as_bytes());
+            d.extend_from_slice(&2u16.to_be_bytes());
+            d.extend_from_slice(&INFO_NAME.to_be_bytes());
+            d.extend_from_slice(&INFO_DESCRIPTION.to_be_bytes());
+            client.option(option, &d).await;
+            loop {
+                let (opt, rep, data) = client.option_reply().await;
+                let text = String::from_utf8_lossy(&data).replace(name, "NAME");
+                got.push((opt, rep, text));
+                if rep != REP_INFO {
+                    break;
+                }
+            }
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn another_tenants_export_answers_exactly_as_an_unknown_one() {
+        let reg = MapRegistry::new();
+        for (name, owner) in [("alice-db", "alice"), ("bob-db", "bob")] {
+            reg.insert(Export {
+                owner: Some(owner.into()),
+                ..export(name, Arc::new(MemDev::new(1 << 20)))
+            });
+        }
+        let tls = Tls::new(TlsSetup {
+            mode: TlsMode::Require,
+            psk: Some(PskKeys::parse("alice:00112233").unwrap()),
+            ..TlsSetup::default()
+        })
+        .unwrap()
+        .map(Arc::new);
+        let config = ServerConfig {
+            tls,
+            ..ServerConfig::default()
+        };
+        let (mut c, mut s) = tokio::io::duplex(1 << 20);
+        let server = tokio::spawn(async move {
+            let mut session = Session::default();
+            session.secure = true;
+            session.identity = Some("alice".into());
+            let mut inbuf = InBuf::new(1 << 16);
+            let r = handshake::negotiate(&reg, &config, &mut session, &mut inbuf, &mut s).await;
+            matches!(r, Ok(Outcome::Closed))
+        });
+        let mut g = [0u8; 18];
+        c.read_exact(&mut g).await.unwrap();
+        c.write_all(&3u32.to_be_bytes()).await.unwrap();
+        let mut client = Client {
+            s: c,
+            srv: tokio::spawn(async { Ok(()) }),
+        };
+        let bobs = replies_as_alice(&mut client, "bob-db").await;
+        let unknown = replies_as_alice(&mut client, "nobody-db").await;
+        assert_eq!(
+            bobs.iter().map(|r| r.1).collect::<Vec<_>>(),
+            vec![REP_ERR_UNKNOWN, REP_ERR_UNKNOWN],
+            "{bobs:?}"
+        );
+        assert_eq!(
+            bobs, unknown,
+            "bob's export must look like no export at all"
+        );
+        // Her own export opens, so the refusals above are about ownership.
+        let own = replies_as_alice(&mut client, "alice-db").await;
+        assert_eq!(own.last().map(|r| r.1), Some(REP_ACK), "{own:?}");
+        // GO on her own export ended the haggling.
+        assert!(
+            !server.await.unwrap(),
+            "the handshake went on to transmission"
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
         #[test]
@@ -1824,5 +1904,152 @@ mod authorization {
                 prop_assert_eq!(listed.contains(name), allowed, "LIST {} (owner {:?}) as {:?}", name, owner, identity);
             }
         }
+    }
+}
+
+mod handshake_cap {
+    //! `max_handshakes_per_source`: a source that stalls its handshakes cannot
+    //! open more than the cap at once, and nobody else is affected.
+
+    use super::*;
+    use crate::Source;
+    use std::net::IpAddr;
+    use tokio::net::{TcpSocket, TcpStream};
+
+    async fn connect_from(ip: &str, port: u16) -> TcpStream {
+        let s = TcpSocket::new_v4().unwrap();
+        s.bind(format!("{ip}:0").parse().unwrap()).unwrap();
+        s.connect(format!("127.0.0.1:{port}").parse().unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// Whether the server greeted this connection (false: it closed it).
+    async fn greeted(s: &mut TcpStream) -> bool {
+        let mut g = [0u8; 18];
+        let r = tokio::time::timeout(T, s.read_exact(&mut g))
+            .await
+            .expect("the server neither greeted nor closed the connection");
+        match r {
+            Ok(_) => {
+                assert_eq!(&g[..16], b"NBDMAGICIHAVEOPT");
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Finishes the handshake of a greeted connection with GO on `disk`:
+    /// whether the server acknowledged it.
+    async fn go(s: &mut TcpStream) -> bool {
+        let mut m = 3u32.to_be_bytes().to_vec();
+        m.extend_from_slice(&IHAVEOPT.to_be_bytes());
+        m.extend_from_slice(&OPT_GO.to_be_bytes());
+        m.extend_from_slice(&10u32.to_be_bytes());
+        m.extend_from_slice(&4u32.to_be_bytes());
+        m.extend_from_slice(b"disk");
+        m.extend_from_slice(&0u16.to_be_bytes());
+        s.write_all(&m).await.unwrap();
+        loop {
+            let mut h = [0u8; 20];
+            tokio::time::timeout(T, s.read_exact(&mut h))
+                .await
+                .unwrap()
+                .unwrap();
+            let rep = u32::from_be_bytes(h[12..16].try_into().unwrap());
+            let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
+            let mut d = vec![0u8; len as usize];
+            s.read_exact(&mut d).await.unwrap();
+            if rep != REP_INFO {
+                return rep == REP_ACK;
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_source_over_its_handshake_cap_is_closed_and_others_are_not() {
+        const CAP: usize = 3;
+        let config = ServerConfig {
+            max_handshakes_per_source: CAP,
+            // Long enough that no stalled handshake times out during the test.
+            handshake_timeout: Duration::from_secs(60),
+            ..ServerConfig::default()
+        };
+        let server = server_with(vec![export("disk", Arc::new(MemDev::new(SIZE)))], config);
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move { server.serve_tcp(l, rx).await });
+
+        // CAP connections from 127.0.0.1 that take the greeting and stall.
+        let mut stalled = Vec::new();
+        for _ in 0..CAP {
+            let mut s = connect_from("127.0.0.1", port).await;
+            assert!(
+                greeted(&mut s).await,
+                "a connection within the cap is served"
+            );
+            stalled.push(s);
+        }
+        // One more from the same source is closed at once, without a greeting.
+        let mut extra = connect_from("127.0.0.1", port).await;
+        assert!(
+            !greeted(&mut extra).await,
+            "the connection over the cap was served"
+        );
+        // Another source is not affected.
+        let mut other = connect_from("127.0.0.2", port).await;
+        assert!(greeted(&mut other).await);
+        assert!(
+            go(&mut other).await,
+            "another source finishes its handshake"
+        );
+        // Once one stalled handshake finishes, the source has room again (the
+        // slot is given back just after the reply, so allow the server a moment).
+        assert!(go(&mut stalled[0]).await);
+        let mut again = None;
+        for _ in 0..100 {
+            let mut s = connect_from("127.0.0.1", port).await;
+            if greeted(&mut s).await {
+                again = Some(s);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut again = again.expect("the source got no room back after a handshake ended");
+        assert!(
+            go(&mut again).await,
+            "the source's new connection finishes its handshake"
+        );
+        // Connections in transmission do not count: two are, two are still
+        // stalled, so one more fits and the next is over the cap again.
+        let mut third = connect_from("127.0.0.1", port).await;
+        assert!(
+            greeted(&mut third).await,
+            "a connection in transmission counted"
+        );
+        let mut fourth = connect_from("127.0.0.1", port).await;
+        assert!(!greeted(&mut fourth).await, "the cap no longer holds");
+        let _ = stop.send(true);
+        drop((stalled, other, again, extra, third, fourth));
+        task.await.unwrap().unwrap();
+    }
+
+    #[test]
+    fn sources_group_ipv6_by_64_and_unmap_ipv4() {
+        let v4: IpAddr = "192.0.2.7".parse().unwrap();
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+        assert_eq!(Source::of_ip(mapped), Source::of_ip(v4));
+        assert_eq!(Source::of_ip(v4).to_string(), "192.0.2.7");
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(Source::of_ip(a), Source::of_ip(b), "one /64");
+        assert_ne!(Source::of_ip(a), Source::of_ip(c), "another /64");
+        assert_eq!(Source::of_ip(a).to_string(), "2001:db8:1:2::/64");
+        assert_ne!(
+            Source::of_ip("192.0.2.8".parse().unwrap()),
+            Source::of_ip(v4)
+        );
     }
 }

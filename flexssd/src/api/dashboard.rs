@@ -247,7 +247,7 @@ pub(super) async fn get_rates(
     Caller(p): Caller,
     UrlPath(name): UrlPath<String>,
 ) -> ApiResult<Json<RatesReply>> {
-    require_vssd(&st, &p, &name, "read the rates of")?;
+    require_vssd(&st, &p, &name)?;
     let rates = st.sampler.history().rates(&name);
     Ok(Json(RatesReply {
         name,

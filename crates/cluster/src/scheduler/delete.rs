@@ -32,9 +32,7 @@ impl Scheduler {
         for _ in 0..8 {
             let got = c.get(vkey.clone(), None).await?;
             let Some(kv) = got.kvs().first() else {
-                return Err(ClusterError::NotFound(format!(
-                    "no vSSD named {name:?} in the fleet"
-                )));
+                return Err(ClusterError::no_vssd(name));
             };
             let vrev = kv.mod_revision();
             let v: FleetVssd = decode(kv.key(), kv.value())?;

@@ -66,6 +66,8 @@ pub struct FleetHarvestStatus {
 pub(super) enum HarvestJob {
     Create {
         req: control::HarvestRequest,
+        /// A tenant token's tenant: the harvest tenant must be its.
+        caller: Option<String>,
         tx: tokio::sync::oneshot::Sender<Result<FleetHarvestStatus, ClusterError>>,
     },
     Release {
@@ -215,6 +217,18 @@ impl Scheduler {
         &self,
         req: &control::HarvestRequest,
     ) -> Result<FleetHarvestStatus, ClusterError> {
+        self.harvest_request_as(req, None).await
+    }
+
+    /// [`Scheduler::harvest_request`] for a tenant token of `caller` (`None`:
+    /// an admin): a harvest tenant that is another tenant's vSSD is
+    /// [`ClusterError::no_harvest_tenant`], given where a missing one is, so
+    /// the caller cannot tell the two apart by any other check's answer.
+    pub async fn harvest_request_as(
+        &self,
+        req: &control::HarvestRequest,
+        caller: Option<&str>,
+    ) -> Result<FleetHarvestStatus, ClusterError> {
         self.await_leader().await;
         if !self.is_active() {
             return Err(self.not_leader());
@@ -224,6 +238,7 @@ impl Scheduler {
         self.hqueue
             .send(HarvestJob::Create {
                 req: req.clone(),
+                caller: caller.map(str::to_string),
                 tx,
             })
             .map_err(|_| ClusterError::Conflict("the scheduler is stopping".into()))?;
@@ -256,8 +271,8 @@ impl Scheduler {
     ) {
         while let Some(job) = rx.recv().await {
             match job {
-                HarvestJob::Create { req, tx } => {
-                    let _ = tx.send(self.harvest_now(&req).await);
+                HarvestJob::Create { req, caller, tx } => {
+                    let _ = tx.send(self.harvest_now(&req, caller.as_deref()).await);
                 }
                 HarvestJob::Release { name, tx } => {
                     let _ = tx.send(self.harvest_release_now(&name).await);
@@ -269,6 +284,7 @@ impl Scheduler {
     async fn harvest_now(
         &self,
         req: &control::HarvestRequest,
+        caller: Option<&str>,
     ) -> Result<FleetHarvestStatus, ClusterError> {
         if !self.is_active() {
             return Err(self.not_leader());
@@ -277,13 +293,14 @@ impl Scheduler {
         let tkey = self.keys.vssd(&req.tenant);
         let got = c.get(tkey.clone(), None).await?;
         let Some(kv) = got.kvs().first() else {
-            return Err(ClusterError::NotFound(format!(
-                "no vSSD named {:?} in the fleet: a harvest tenant is a fleet vSSD created with --role harvest",
-                req.tenant
-            )));
+            return Err(ClusterError::no_harvest_tenant(&req.tenant));
         };
         let trev = kv.mod_revision();
         let tenant: FleetVssd = decode(kv.key(), kv.value())?;
+        if caller.is_some_and(|c| tenant.tenant.as_deref() != Some(c)) {
+            // Another tenant's vSSD is no vSSD at all, for this caller.
+            return Err(ClusterError::no_harvest_tenant(&req.tenant));
+        }
         if tenant.role != control::TenantRole::Harvest {
             return Err(ClusterError::Invalid(format!(
                 "vSSD {:?} is not a harvest tenant (its role is regular): create the tenant with --role harvest",
@@ -454,9 +471,7 @@ impl Scheduler {
         for _ in 0..8 {
             let got = c.get(hkey.clone(), None).await?;
             let Some(kv) = got.kvs().first() else {
-                return Err(ClusterError::NotFound(format!(
-                    "no harvest volume named {name:?} in the fleet"
-                )));
+                return Err(ClusterError::no_harvest_volume(name));
             };
             let h: FleetHarvest = decode(kv.key(), kv.value())?;
             let mut ev = self.make_event(
@@ -575,9 +590,10 @@ impl Scheduler {
     pub async fn harvest_show(&self, name: &str) -> Result<FleetHarvestStatus, ClusterError> {
         let mut c = self.client.clone();
         let got = c.get(self.keys.harvest(name), None).await?;
-        let kv = got.kvs().first().ok_or_else(|| {
-            ClusterError::NotFound(format!("no harvest volume named {name:?} in the fleet"))
-        })?;
+        let kv = got
+            .kvs()
+            .first()
+            .ok_or_else(|| ClusterError::no_harvest_volume(name))?;
         let h: FleetHarvest = decode(kv.key(), kv.value())?;
         let alive = self.view.lock().hosts.contains_key(&h.host);
         let o = if alive && h.evicted.is_none() {

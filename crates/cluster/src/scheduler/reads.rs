@@ -71,9 +71,10 @@ impl Scheduler {
     pub async fn show(&self, name: &str) -> Result<VssdStatus, ClusterError> {
         let mut c = self.client.clone();
         let got = c.get(self.keys.vssd(name), None).await?;
-        let kv = got.kvs().first().ok_or_else(|| {
-            ClusterError::NotFound(format!("no vSSD named {name:?} in the fleet"))
-        })?;
+        let kv = got
+            .kvs()
+            .first()
+            .ok_or_else(|| ClusterError::no_vssd(name))?;
         let v: FleetVssd = decode(kv.key(), kv.value())?;
         let alive = self.view.lock().hosts.contains_key(&v.host);
         if !alive {

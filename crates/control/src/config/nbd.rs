@@ -59,6 +59,12 @@ pub struct NbdConfig {
     /// Most NBD connections one TLS tenant may hold open. Default 64.
     #[serde(default = "default_max_connections_per_tenant")]
     pub max_connections_per_tenant: usize,
+    /// Most connections from one source that may be in their handshake at
+    /// once; more are closed at once (logged with the source and the limit).
+    /// A TCP source is the peer's IPv4 address or IPv6 /64, a Unix-socket
+    /// source the peer's uid (see `nbd::Source`). Default 16; 0: no limit.
+    #[serde(default = "default_max_handshakes_per_source")]
+    pub max_handshakes_per_source: usize,
 }
 
 fn default_handshake_timeout_ms() -> u64 {
@@ -73,6 +79,10 @@ fn default_max_connections_per_tenant() -> usize {
     64
 }
 
+fn default_max_handshakes_per_source() -> usize {
+    16
+}
+
 impl Default for NbdConfig {
     fn default() -> Self {
         Self {
@@ -85,6 +95,7 @@ impl Default for NbdConfig {
             handshake_timeout_ms: default_handshake_timeout_ms(),
             max_connections: default_max_connections(),
             max_connections_per_tenant: default_max_connections_per_tenant(),
+            max_handshakes_per_source: default_max_handshakes_per_source(),
         }
     }
 }
@@ -126,6 +137,15 @@ mod tests {
         assert_eq!(c.nbd.tls, super::NbdTls::Require);
         assert_eq!(c.nbd.max_connections_per_tenant, 4);
         assert_eq!(c.nbd.handshake_timeout_ms, 10_000);
+        assert_eq!(c.nbd.max_handshakes_per_source, 16, "the default");
+        for n in [0, 1, 500] {
+            let c =
+                Config::from_toml(&format!("[nbd]\nmax_handshakes_per_source = {n}\n")).unwrap();
+            assert_eq!(
+                c.nbd.max_handshakes_per_source, n,
+                "0 is no limit, any other count a cap"
+            );
+        }
         for (text, says) in [
             ("[nbd]\ntls = \"on\"\n", "neither tls_psk_file"),
             ("[nbd]\ntls = \"sometimes\"\n", "sometimes"),
@@ -133,6 +153,22 @@ mod tests {
             ("[nbd]\nhandshake_timeout_ms = 0\n", "handshake_timeout_ms"),
             ("[nbd]\nmax_connections = 0\n", "max_connections"),
             ("[nbd]\ntls_psk = \"x\"\n", "tls_psk"),
+            (
+                "[nbd]\nmax_handshakes_per_source = -1\n",
+                "max_handshakes_per_source",
+            ),
+            (
+                "[nbd]\nmax_handshakes_per_source = \"16\"\n",
+                "max_handshakes_per_source",
+            ),
+            (
+                "[nbd]\nmax_handshakes_per_source = 1.5\n",
+                "max_handshakes_per_source",
+            ),
+            (
+                "[nbd]\nmax_handshake_per_source = 4\n",
+                "max_handshake_per_source",
+            ),
         ] {
             let e = Config::from_toml(text).unwrap_err().to_string();
             assert!(e.contains(says), "{text:?}: {e}");

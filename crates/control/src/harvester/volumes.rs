@@ -26,6 +26,14 @@ pub enum TenantSource {
     /// This host: the tenant is a local active vSSD with role `harvest`, and
     /// the volume's owner is that vSSD's owner.
     Local,
+    /// This host, on behalf of the API tenant `caller`: as [`Self::Local`],
+    /// but a harvest tenant whose vSSD is not `caller`'s is
+    /// [`ControlError::NoSuchVssd`], exactly as one that does not exist, so
+    /// that a tenant cannot probe other tenants' vSSD names.
+    LocalFor {
+        /// The API caller's tenant.
+        caller: String,
+    },
     /// The fleet scheduler, which checked the tenant in etcd (its vSSD lives
     /// on another host); `owner` is the NBD identity allowed to open it.
     Fleet {
@@ -111,7 +119,17 @@ impl Harvester {
         if host.name_taken(&req.name) || self.lock().volumes.contains_key(&req.name) {
             return Err(ControlError::Duplicate(req.name.clone()));
         }
-        if *tenant == TenantSource::Local && !host.is_harvest_tenant(&req.tenant)? {
+        let local = match tenant {
+            TenantSource::Local => true,
+            TenantSource::LocalFor { caller } => {
+                if host.tenant_of(&req.tenant).as_deref() != Some(caller.as_str()) {
+                    return Err(ControlError::NoSuchVssd(req.tenant.clone()));
+                }
+                true
+            }
+            TenantSource::Fleet { .. } => false,
+        };
+        if local && !host.is_harvest_tenant(&req.tenant)? {
             return Err(ControlError::NotHarvestTenant(req.tenant.clone()));
         }
         let granule = self.settings.granule_s.saturating_mul(SEC);
@@ -221,7 +239,7 @@ impl Harvester {
             segments,
             evict_by: None,
             owner: match tenant {
-                TenantSource::Local => host.tenant_of(&req.tenant),
+                TenantSource::Local | TenantSource::LocalFor { .. } => host.tenant_of(&req.tenant),
                 TenantSource::Fleet { owner } => owner.clone(),
             },
         };

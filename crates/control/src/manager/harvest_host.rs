@@ -229,6 +229,25 @@ impl HostManager {
             .create_volume(self, req, &crate::harvester::TenantSource::Local)
     }
 
+    /// A harvest tenant asks for flash through the API with a tenant token of
+    /// `caller`: as [`Self::harvest_volume_create`], but a harvest tenant
+    /// that is another tenant's vSSD is [`ControlError::NoSuchVssd`], the
+    /// answer for one that does not exist, given at the same point.
+    pub fn harvest_volume_create_as(
+        &self,
+        req: &HarvestRequest,
+        caller: &str,
+    ) -> Result<HarvestVolumeInfo> {
+        let _g = self.lifecycle.lock();
+        self.harvester.create_volume(
+            self,
+            req,
+            &crate::harvester::TenantSource::LocalFor {
+                caller: caller.to_string(),
+            },
+        )
+    }
+
     /// A harvest request the fleet scheduler placed here: its tenant's vSSD
     /// lives on another host (the scheduler checked it), and `owner` may
     /// open the export. Not reachable through the host's own HTTP API.
