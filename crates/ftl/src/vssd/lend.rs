@@ -11,8 +11,10 @@
 //! (`lent`), and lets recovery tell the borrower's blocks from the home's by
 //! position alone, before reading a single OOB record.
 //!
-//! Lending empties the range while the home keeps serving I/O: the blocks are
-//! first withdrawn from allocation and GC, then each one's live pages (data and
+//! Lending empties the range while the home keeps serving I/O: the blocks that
+//! hold data are first withdrawn from allocation and GC (erased ones stay free,
+//! as working room for GC and the moves, and are withdrawn last, once GC has
+//! made room beside them), then each one's live pages (data and
 //! trim records newer than the checkpoint) move to another block of the same
 //! parallel unit, exactly as GC moves them (same OOB record, so recovery is
 //! unchanged, timed by the flash model and queued behind earlier work on the die),
