@@ -279,7 +279,7 @@ impl ControlError {
             Tier(_) => ErrorKind::Internal,
             NotEnoughChannels { .. } => ErrorKind::NoSpace,
             Ftl(ftl::FtlError::Config(_)) => ErrorKind::BadRequest,
-            Ftl(ftl::FtlError::NoSpace(_)) => ErrorKind::NoSpace,
+            Ftl(ftl::FtlError::NoSpace(_) | ftl::FtlError::LendNoRoom(_)) => ErrorKind::NoSpace,
             Store(_) | Ftl(_) | Flash { .. } | Io { .. } => ErrorKind::Internal,
         }
     }

@@ -12,6 +12,12 @@ pub enum FtlError {
     /// Every parallel unit is full of live data.
     #[error("vSSD {0} is out of free flash (all blocks hold live data)")]
     NoSpace(String),
+    /// A lend ran out of free flash while it moved data, because host writes
+    /// running beside it used the room [`crate::Vssd::lendable`] had counted on
+    /// (or the free blocks could not be reclaimed in time). Nothing was lent and
+    /// nothing was lost; the caller may retry with fewer blocks or later.
+    #[error("vSSD {0} ran out of free flash while a lend moved data; nothing was lent")]
+    LendNoRoom(String),
     /// Recovery found state that contradicts itself.
     #[error("recovery of vSSD {name}: {reason}")]
     Recovery {

@@ -204,8 +204,8 @@ fn run(seed: u64, ops: u64, points: u64, per_point: u64) -> Result<(Figures, u64
                 if let Err(e) = lend_on(to, &mut gssd) {
                     // A lend that fails lends nothing (`Vssd::lend` is
                     // atomic); the control plane would try again later. The
-                    // long run hit one: NoSpace although `lendable` allowed
-                    // the range (not a power-loss matter; see
+                    // long run once hit one (NoSpace although `lendable`
+                    // allowed the range; fixed, see
                     // docs/results/powerloss.md). Crash states after it are
                     // checked as usual.
                     report(&format!("seed {seed} op {op}: lend refused: {e}"));

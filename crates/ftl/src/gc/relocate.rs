@@ -106,7 +106,13 @@ impl Vssd {
             if owner == UNMAPPED {
                 continue;
             }
-            if let Some(done) = self.move_page(g, pu, lp, owner, now, t, buf)? {
+            let r = self.move_page(g, pu, lp, owner, now, t, buf);
+            if r.is_err() {
+                // The page did not move: the next drain must look at it again.
+                // Skipping it would erase the victim under a live page.
+                g.pus[pu].cursor = page;
+            }
+            if let Some(done) = r? {
                 t = t.max(done);
                 g.counters.gc_pages_moved += 1;
                 moved += 1;
@@ -114,6 +120,13 @@ impl Vssd {
         }
         if g.pus[pu].cursor < ppb && g.blocks[victim as usize].valid > 0 {
             return Ok(false);
+        }
+        if g.blocks[victim as usize].valid > 0 {
+            // Never erase a live page: only a bookkeeping bug gets here.
+            return Err(FtlError::Recovery {
+                name: self.cfg.name.clone(),
+                reason: format!("GC victim {victim} still holds live pages after its drain"),
+            });
         }
         let id = g.blocks[victim as usize].id;
         self.erase_after_moves(g, id, t)?;

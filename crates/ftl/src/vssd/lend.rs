@@ -11,8 +11,10 @@
 //! (`lent`), and lets recovery tell the borrower's blocks from the home's by
 //! position alone, before reading a single OOB record.
 //!
-//! Lending empties the range while the home keeps serving I/O: the blocks are
-//! first withdrawn from allocation and GC, then each one's live pages (data and
+//! Lending empties the range while the home keeps serving I/O: the blocks that
+//! hold data are first withdrawn from allocation and GC (erased ones stay free,
+//! as working room for GC and the moves, and are withdrawn last, once GC has
+//! made room beside them), then each one's live pages (data and
 //! trim records newer than the checkpoint) move to another block of the same
 //! parallel unit, exactly as GC moves them (same OOB record, so recovery is
 //! unchanged, timed by the flash model and queued behind earlier work on the die),
@@ -83,24 +85,35 @@ impl Vssd {
     /// Errors: [`FtlError::BadLend`] (no channels, zero blocks, a channel named
     /// twice), [`FtlError::UnknownChannel`], [`FtlError::AlreadyLent`],
     /// [`FtlError::NotLendable`] (more than [`Vssd::lendable`]), [`FtlError::Gone`],
-    /// and [`FtlError::NoSpace`] if the host filled the unit while data moved.
+    /// and [`FtlError::LendNoRoom`] if the unit ran out of free flash while data
+    /// moved (host writes beside the lend used the headroom).
     pub fn lend(&self, channels: &[u32], blocks: u32) -> Result<Vec<Extent>, FtlError> {
         let _serial = self.lend_lock.lock();
         let (exts, members) = {
             let mut g = self.inner.lock();
             let exts = self.check_lend(&g, channels, blocks)?;
-            let mut members = Vec::new();
+            // Blocks holding data are withdrawn now; erased ones stay in the free
+            // lists, where GC (and the moves) need them as working room, and are
+            // withdrawn last, one at a time, once GC has made room beside them.
+            // Withdrawing them all up front could leave a unit with no free block
+            // outside the range, and GC cannot run without one.
+            let (mut members, mut erased) = (Vec::new(), Vec::new());
             for &(ei, x) in &exts {
                 for pu in self.pus_of_extent(ei) {
                     for k in 0..g.pus[pu].blocks.len() {
                         let b = g.pus[pu].blocks[k];
                         if x.contains(&self.geo, g.blocks[b as usize].id) {
-                            Self::withdraw(&mut g, pu, b);
-                            members.push((pu, b));
+                            if g.blocks[b as usize].state == BState::Free {
+                                erased.push((pu, b));
+                            } else {
+                                Self::withdraw(&mut g, pu, b);
+                                members.push((pu, b));
+                            }
                         }
                     }
                 }
             }
+            members.extend(erased);
             g.lending = channels.to_vec();
             (exts, members)
         };
@@ -113,8 +126,16 @@ impl Vssd {
                 break;
             }
             let now = self.clock.now();
-            if let Err(e) = self.evacuate(&mut g, pu, b, now) {
-                res = Err(e);
+            let r = self
+                .withdraw_late(&mut g, pu, b, now)
+                .and_then(|()| self.evacuate(&mut g, pu, b, now));
+            if let Err(e) = r {
+                // Out of room while moving data: tell it apart from a host
+                // write's NoSpace (the caller may retry; nothing was lent).
+                res = Err(match e {
+                    FtlError::NoSpace(n) => FtlError::LendNoRoom(n),
+                    e => e,
+                });
                 break;
             }
         }
@@ -425,6 +446,29 @@ impl Vssd {
         g.blocks[b as usize].state = BState::Draining;
     }
 
+    /// Withdraws member `b` of unit `pu` if phase one left it in allocation (it
+    /// was erased then; GC or host writes may have opened or filled it since).
+    /// Before taking a free block out, collects garbage so that the unit keeps
+    /// more than [`GC_RESERVE`] free blocks beside it: a unit left with no free
+    /// block and no open one could never run GC again.
+    fn withdraw_late(&self, g: &mut Inner, pu: usize, b: u32, now: Nanos) -> Result<(), FtlError> {
+        if g.blocks[b as usize].state == BState::Draining {
+            return Ok(());
+        }
+        let mut rounds = g.pus[pu].blocks.len();
+        while g.pus[pu].free.len() <= GC_LOW + 1 && rounds > 0 {
+            rounds -= 1;
+            if !self.gc_once(g, pu, now)? {
+                break;
+            }
+        }
+        if g.blocks[b as usize].state == BState::Free && g.pus[pu].free.len() <= GC_RESERVE + 1 {
+            return Err(FtlError::NoSpace(self.cfg.name.clone()));
+        }
+        Self::withdraw(g, pu, b);
+        Ok(())
+    }
+
     /// Moves the live pages of withdrawn block `b` within unit `pu`, then erases it
     /// and marks it lent.
     fn evacuate(&self, g: &mut Inner, pu: usize, b: u32, now: Nanos) -> Result<(), FtlError> {
@@ -477,7 +521,7 @@ impl Vssd {
     }
 
     /// Undoes a failed lend: erased blocks become free again, the others closed
-    /// (GC will find them).
+    /// (GC will find them). Members not withdrawn yet are left as they are.
     fn restore(&self, g: &mut Inner, members: &[(usize, u32)]) {
         for &(pu, b) in members {
             let blk = &mut g.blocks[b as usize];
