@@ -712,8 +712,12 @@ fn the_page_needs_no_token_but_its_data_does_and_bad_queries_say_why() {
     let alice = v["token"].as_str().unwrap().to_string();
     let (code, v) = http_as(&d, Some(&alice), "GET", "/v1/devices/ssd0/flash", None);
     assert_eq!(code, 403, "{v}");
+    // Another tenant's vSSD answers exactly as a missing one: a token
+    // learns nothing about names it does not own.
     let (code, v) = http_as(&d, Some(&alice), "GET", "/v1/vssds/b/rates", None);
-    assert_eq!(code, 403, "{v}");
+    assert_eq!(code, 404, "{v}");
+    let (code2, v2) = http_as(&d, Some(&alice), "GET", "/v1/vssds/nosuch/rates", None);
+    assert_eq!(code2, 404, "{v2}");
     // Bad queries are refused with the reason.
     let admin = d.token.clone().unwrap();
     for (q, want) in [
