@@ -537,7 +537,7 @@ impl FlashDevice {
         }
         // Data first, then the OOB record: after a kill -9 a page whose record
         // is present is complete; after a host crash, see `Store::program`.
-        self.store.program(p, data, oob);
+        self.store.program(p, data, oob)?;
         c.write_ptr[bi] = next + 1;
         let c = &mut *c;
         let d = &mut c.dies[die];
@@ -955,6 +955,71 @@ mod tests {
         };
         let err = FlashDevice::open(&backend, other, Timing::default()).unwrap_err();
         assert!(err.to_string().contains("another geometry"), "{err}");
+    }
+
+    /// A host file system that runs out of space fails the program with an
+    /// I/O error, and the device stays usable: the page is not counted as
+    /// programmed, and what was programmed before reads back. (Stores through
+    /// the shared mapping got SIGBUS instead, which killed the daemon.) Needs
+    /// root, for a small tmpfs to fill.
+    #[test]
+    fn a_full_host_file_system_fails_the_program_not_the_process() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to mount a small tmpfs");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=256k", "flexssd-test"])
+            .arg(&mnt)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "root could not mount a tmpfs");
+        struct Unmount(std::path::PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(&self.0).status();
+            }
+        }
+        let _u = Unmount(mnt.clone());
+        let g = Geometry {
+            blocks_per_plane: 16,
+            pages_per_block: 64,
+            ..small()
+        };
+        // 16 MiB of sparse flash on 256 KiB of file system.
+        let d = FlashDevice::open(
+            &Backend::File {
+                path: mnt.join("dev"),
+            },
+            g,
+            Timing::default(),
+        )
+        .unwrap();
+        let mut failed = None;
+        for p in 0..g.total_pages() {
+            match d.program(p, &vec![p as u8 | 1; 4096], &rec(p, p + 1), 0) {
+                Ok(_) => {}
+                Err(e) => {
+                    failed = Some((p, e));
+                    break;
+                }
+            }
+        }
+        let (p, e) = failed.expect("programs beyond the file system's size succeeded");
+        assert!(matches!(e, FlashError::Io(_)), "{e}");
+        assert!(p > 0, "not even one page fit");
+        assert_eq!(
+            d.write_ptr(g.split(p).0),
+            g.split(p).1,
+            "the failed page counts as programmed"
+        );
+        let mut buf = vec![0u8; 4096];
+        d.read(p - 1, 0, &mut buf, 0).unwrap();
+        assert!(buf.iter().all(|&x| x == (p - 1) as u8 | 1));
     }
 
     /// A file-backed page whose record reached the disk but whose data did

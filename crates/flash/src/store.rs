@@ -2,8 +2,10 @@
 //!
 //! Two regions, both memory mappings: the page data, and a metadata region holding
 //! a header, the per-block erase counts and the per-page OOB records. With the file
-//! backend both are `MAP_SHARED` mappings of sparse files, so a write is a `memcpy`
-//! that the kernel persists even if the process is killed, `sync` is `msync`, and an
+//! backend both are `MAP_SHARED` mappings of sparse files that serve reads (a read
+//! is a `memcpy` out of the page cache); writes go through the file descriptor
+//! (`pwrite`, see `Store::put` for why not through the mapping), and either way the
+//! kernel persists them even if the process is killed. `sync` is `msync`, and an
 //! erase punches a hole in the data file (the bytes are gone, not just forgotten).
 //!
 //! A tenant's sync ([`Store::sync_dirty`]) writes back only the byte ranges it
@@ -264,23 +266,62 @@ impl Store {
 
     /// Programs page `p`: its data, then its OOB record (with a data check
     /// where a crash can tear the two apart). Caller holds the channel lock.
-    pub(crate) fn program(&self, p: PageId, data: &[u8], oob: &Oob) {
+    /// On an error (the host file system out of space, an I/O error) the
+    /// page may hold part of the data but its OOB record is not written, so
+    /// the caller must not count the page as programmed.
+    pub(crate) fn program(&self, p: PageId, data: &[u8], oob: &Oob) -> Result<()> {
         let ps = self.geo.page_size as usize;
         debug_assert_eq!(data.len(), ps);
-        // SAFETY: page in range (callers validate page ids); channel lock held.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.page_ptr(p), ps) };
+        debug_assert!(p < self.geo.total_pages());
+        self.put(Region::Data, p as usize * ps, data)?;
         let rec = if self.crash_exposed() {
             oob.encode_checked(data)
         } else {
             oob.encode()
         };
-        self.set_oob(p, &rec);
+        self.set_oob(p, &rec)?;
         if let Some(r) = self.rec.get() {
             let mut r = r.lock();
             r.write(UnitKind::PageData, p, Region::Data, p as usize * ps, data);
             let off = self.oob_off + p as usize * OOB_SIZE;
             r.write(UnitKind::PageOob, p, Region::Meta, off, &rec);
         }
+        Ok(())
+    }
+
+    /// Writes `bytes` at byte `off` of the page data or of the metadata.
+    ///
+    /// A file-backed store writes through the file descriptor (`pwrite`),
+    /// never through its mapping, which serves reads only. A store through a
+    /// shared mapping dirties whole page-cache folios: the kernel marks every
+    /// block of a folio dirty on a write fault, and file systems with large
+    /// folios (ext4 since Linux 6.16) cache a file in folios of up to 2 MiB.
+    /// Each OOB record or page programmed after a flush then re-dirtied its
+    /// folio, and the next flush wrote the whole folio back: pgbench over an
+    /// export made the daemon write 18 GB to the host disk for 1 GB of
+    /// tenant writes (issue 14). `pwrite` marks only the file-system blocks
+    /// it touches, so a flush writes back what changed, and a write into a
+    /// hole costs no page fault either.
+    fn put(&self, region: Region, off: usize, bytes: &[u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let (file, map) = match region {
+            Region::Data => (&self.data_file, &self.data),
+            Region::Meta => (&self.meta_file, &self.meta),
+        };
+        assert!(off + bytes.len() <= map.len(), "store write out of bounds");
+        match file {
+            Some(f) => f.write_all_at(bytes, off as u64)?,
+            // SAFETY: in bounds (checked above); callers hold the channel
+            // lock of the page or block the bytes belong to.
+            None => unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    map.as_mut_ptr().add(off),
+                    bytes.len(),
+                )
+            },
+        }
+        Ok(())
     }
 
     /// Whether page `p`'s data is what its OOB record was written with (see
@@ -309,12 +350,9 @@ impl Store {
         unsafe { std::slice::from_raw_parts(self.meta.as_ptr().add(off), OOB_SIZE) }
     }
 
-    pub(crate) fn set_oob(&self, p: PageId, rec: &[u8; OOB_SIZE]) {
-        let off = self.oob_off + p as usize * OOB_SIZE;
-        // SAFETY: in bounds; caller holds the channel lock of the page.
-        unsafe {
-            std::ptr::copy_nonoverlapping(rec.as_ptr(), self.meta.as_mut_ptr().add(off), OOB_SIZE)
-        }
+    /// Writes page `p`'s OOB record. Caller holds the channel lock of the page.
+    pub(crate) fn set_oob(&self, p: PageId, rec: &[u8; OOB_SIZE]) -> Result<()> {
+        self.put(Region::Meta, self.oob_off + p as usize * OOB_SIZE, rec)
     }
 
     pub(crate) fn erase_count(&self, b: BlockId) -> u32 {
@@ -325,16 +363,13 @@ impl Store {
         u32::from_le_bytes(v)
     }
 
-    fn set_erase_count(&self, b: BlockId, n: u32) {
-        let off = self.erase_off + b as usize * 4;
-        // SAFETY: in bounds; caller holds the channel lock of the block.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                n.to_le_bytes().as_ptr(),
-                self.meta.as_mut_ptr().add(off),
-                4,
-            )
-        };
+    /// Caller holds the channel lock of the block.
+    fn set_erase_count(&self, b: BlockId, n: u32) -> Result<()> {
+        self.put(
+            Region::Meta,
+            self.erase_off + b as usize * 4,
+            &n.to_le_bytes(),
+        )
     }
 
     /// Erases a block: in a file, its data is discarded (hole punched, or zeroed);
@@ -344,8 +379,7 @@ impl Store {
         let first = self.geo.first_page(b);
         let bytes = self.geo.block_bytes() as usize;
         let start = first as usize * self.geo.page_size as usize;
-        // All three unsafe blocks below write in-bounds ranges of our own mappings
-        // (or punch a hole in our own file), under the block's channel lock.
+        // Caller holds the block's channel lock.
         let page_aligned = start.is_multiple_of(4096) && bytes.is_multiple_of(4096);
         match (&self.data_file, page_aligned) {
             (Some(f), true) => {
@@ -361,14 +395,10 @@ impl Store {
                 };
                 if r != 0 {
                     // File systems without hole punching: write zeros instead.
-                    // SAFETY: in-bounds range of our own mapping, under the channel lock.
-                    unsafe { std::ptr::write_bytes(self.data.as_mut_ptr().add(start), 0, bytes) };
+                    self.put(Region::Data, start, &vec![0; bytes])?;
                 }
             }
-            // SAFETY: in-bounds range of our own mapping, under the channel lock.
-            (Some(_), false) => unsafe {
-                std::ptr::write_bytes(self.data.as_mut_ptr().add(start), 0, bytes)
-            },
+            (Some(_), false) => self.put(Region::Data, start, &vec![0; bytes])?,
             // Memory: nothing to scrub. The erased pages can no longer be read (a
             // read below the write pointer is the only kind the model allows) and a
             // program overwrites every byte of its page, so no tenant can ever see
@@ -379,11 +409,9 @@ impl Store {
             (None, _) => {}
         }
         let off = self.oob_off + first as usize * OOB_SIZE;
-        // SAFETY: the block's OOB records lie inside the metadata mapping (see
-        // `meta_len`), under the channel lock.
-        unsafe { std::ptr::write_bytes(self.meta.as_mut_ptr().add(off), 0, ppb * OOB_SIZE) };
+        self.put(Region::Meta, off, &vec![0; ppb * OOB_SIZE])?;
         let count = self.erase_count(b).saturating_add(1);
-        self.set_erase_count(b, count);
+        self.set_erase_count(b, count)?;
         if let Some(r) = self.rec.get() {
             let mut r = r.lock();
             let b64 = u64::from(b);
