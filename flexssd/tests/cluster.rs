@@ -2084,6 +2084,21 @@ fn fleet_tokens_scope_tenants() {
     );
     assert_eq!(code, 201, "{v}");
     assert_eq!(f.index()["a1"]["tenant"], "alice");
+    // A host that is not alive is refused without listing the live ones: the
+    // fleet's hosts are the admin's to list.
+    let (code, v) = http_as(
+        Some(&alice),
+        "POST",
+        &format!("{url}/v1/vssds"),
+        Some(&json!({"name": "a-pinned", "channels": 1, "host": "nosuch"})),
+    );
+    assert_eq!(code, 404, "{v}");
+    let e = v["error"].as_str().unwrap();
+    assert!(e.contains("no live host named \"nosuch\""), "{v}");
+    assert!(
+        !e.contains("h1") && !e.contains("h2"),
+        "names live hosts: {v}"
+    );
     let (code, v) = http_as(
         Some(&alice),
         "POST",

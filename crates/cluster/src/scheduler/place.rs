@@ -370,14 +370,10 @@ impl Scheduler {
     fn plan(&self, v: &View, req: &CreateRequest) -> Result<Plan, ClusterError> {
         if let Some(h) = &req.host {
             if !v.hosts.contains_key(h) {
-                let alive: Vec<&str> = v.hosts.keys().map(String::as_str).collect();
+                // Not the list of live hosts: tenants may pin their vSSDs, and
+                // the fleet's hosts are the admin's to list (GET /v1/cluster/hosts).
                 return Err(ClusterError::NotFound(format!(
-                    "no live host named {h:?} in the fleet (alive: {})",
-                    if alive.is_empty() {
-                        "none".to_string()
-                    } else {
-                        alive.join(", ")
-                    }
+                    "no live host named {h:?} in the fleet (an admin lists them with `flexssd cluster hosts` or GET /v1/cluster/hosts)"
                 )));
             }
         }
