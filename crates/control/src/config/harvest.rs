@@ -12,7 +12,7 @@ use crate::ByteSize;
 /// The lowest non-zero `migrate_rate`, bytes per second: anything slower is
 /// taken for a missing unit (`"64"` meant as `"64M"`), since it would take a
 /// 1 GiB gSSD more than four hours to move.
-pub const MIN_MIGRATE_RATE: u64 = 64 << 10;
+const MIN_MIGRATE_RATE: u64 = 64 << 10;
 
 /// `[harvest]`: BlockFlex storage harvesting (OSDI'22 §4.3, §4.5).
 ///
@@ -65,7 +65,7 @@ pub struct HarvestSettings {
     /// (`"64M"` style, or an integer); `0` (default): no limit. Chunks are
     /// spaced by `migrate_chunk_bytes / migrate_rate` on the daemon's clock, so
     /// that moving a volume does not take the flash from the tenants on the
-    /// same channels. A non-zero rate below [`MIN_MIGRATE_RATE`] is refused.
+    /// same channels. A non-zero rate below 64 KiB/s is refused (a missing unit).
     pub migrate_rate: ByteSize,
     /// Who decides what a regular vSSD lends: `predicted` (default) or `fixed`.
     pub policy: LendPolicyKind,
