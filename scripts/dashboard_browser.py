@@ -8,7 +8,8 @@ scripts/dashboard-screenshots.sh and scripts/bench-dashboard.sh.
   dashboard_browser.py --url http://127.0.0.1:8740/dashboard [--token-file F]
       [--vssd NAME] [--wear] [--updates N] [--screenshot out.png] [--timeout S]
 
-Output: {"rows": {row kind: {key: {field: visible text}}}, "text": the
+Output: {"rows": {row kind: {key: {field: visible text}}} (a row with a
+progress bar adds _progress_value, _progress_max and _progress_text), "text": the
 page's visible text, "html": the fragment, "updates", "timings": [...],
 "first_ms", "sla": {...}, "flash": {...}, "login_shown": bool}.
 The token is typed into the page's login form, as a person would; it is
@@ -31,6 +32,12 @@ for (const tr of document.querySelectorAll('#main tr[data-row]')) {
   const cells = {};
   if (tr.dataset.at !== undefined) { cells._at = tr.dataset.at; }
   for (const td of tr.querySelectorAll('[data-f]')) { cells[td.dataset.f] = td.textContent.trim(); }
+  const bar = tr.querySelector('progress');
+  if (bar) {
+    cells._progress_value = bar.getAttribute('value');
+    cells._progress_max = bar.getAttribute('max');
+    cells._progress_text = bar.parentElement.textContent.trim();
+  }
   (out.rows[kind] = out.rows[kind] || {})[key] = cells;
 }
 for (const el of document.querySelectorAll('#main [data-f]')) {

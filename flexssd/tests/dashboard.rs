@@ -3,16 +3,21 @@
 //! against the real daemon with token authentication on.
 //!
 //! The host has two regular tenants' vSSDs (one with an SLA curve), a harvest
-//! tenant, gSSDs lent by both regular vSSDs, and a harvest volume that has
-//! migrated live from one gSSD to the other (the copy takes milliseconds, so
-//! the test cannot hold it half-way; the migration table's rendering with its
-//! progress is covered by the `dashboard` crate's tests). The page is read the
-//! way a person reads it, as visible text, and every number is compared with
-//! the API's JSON: the flash map's owners and wear, each vSSD's counters,
-//! rates, latency and SLA curve with its operating points, the gSSD pool, the
-//! volume, and the event log. It must update live (a write made while the
-//! page is open shows up without a reload), and a tenant's token must show
-//! that tenant's vSSDs and nothing of the other's.
+//! tenant, gSSDs lent by both regular vSSDs, and a harvest volume that
+//! migrates live from one gSSD to the other. The copy is paced by
+//! `[harvest] migrate_rate` (1 MiB/s in 256 KiB chunks, so moving the 8 MiB
+//! volume takes about 8 s): the page is read while it is half-way, and its
+//! migration rows (volume, offset, gSSDs, bytes copied with the progress bar
+//! and percentage, total), the volume's `migrating` state and the gSSDs'
+//! states must match `/v1/harvest/volumes/v` and `/v1/gssds` read right after
+//! (the page may be one refresh behind on the bytes copied, never ahead).
+//! Once the migration has finished, the page is read the way a person reads
+//! it, as visible text, and every number is compared with the API's JSON: the
+//! flash map's owners and wear, each vSSD's counters, rates, latency and SLA
+//! curve with its operating points, the gSSD pool, the volume, and the event
+//! log. It must update live (a write made while the page is open shows up
+//! without a reload), and a tenant's token must show that tenant's vSSDs and
+//! nothing of the other's.
 //!
 //! With `FLEXSSD_DASHBOARD_SHOTS=DIR` it also saves screenshots there
 //! (`scripts/dashboard-screenshots.sh` writes the README's into docs/img).
@@ -66,6 +71,10 @@ granule_s = 60
 reclaim_horizon_s = 60
 lend_for_s = 600
 unsold = false
+# The volume's 8 MiB move in 32 chunks, one every 250 ms: about 8 s, long
+# enough to read the page half-way.
+migrate_chunk_bytes = 262144
+migrate_rate = "1M"
 "#;
 
 const API: &str = r#"auth = "token"
@@ -192,6 +201,90 @@ fn browse(d: &Daemon, token: &str, args: &[&str], watch: Option<(&str, &dyn Fn()
         String::from_utf8_lossy(&out.stdout)
     );
     Page(serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}")))
+}
+
+/// Compares the admin's page, read while the volume migrates, with the API's
+/// JSON read right after it: the migration rows, the volume's state and the
+/// gSSDs' states; the first difference. The bytes copied move on between the
+/// two reads, so the page's may be behind the API's, but never ahead, and both
+/// must be half-way.
+fn compare_migrating(d: &Daemon, admin: &str, p: &Page) -> Result<(), String> {
+    let v = get(d, admin, "/v1/harvest/volumes/v");
+    let gssds = get(d, admin, "/v1/gssds");
+    let api = v["migrations"].as_array().cloned().unwrap_or_default();
+    let rows = p.rows("migration");
+    let keys: Vec<String> = api.iter().map(|m| format!("v@{}", m["offset"])).collect();
+    if rows.keys().cloned().collect::<Vec<_>>() != keys || api.is_empty() {
+        return Err(format!(
+            "migration rows {:?}, the API has {keys:?} (a migration must be in progress)",
+            rows.keys().collect::<Vec<_>>()
+        ));
+    }
+    for m in &api {
+        let key = format!("v@{}", m["offset"]);
+        let num = |f: &str| m[f].as_u64().unwrap();
+        let (copied, total) = (num("copied"), num("total"));
+        let cell = |f: &str| p.cell("migration", &key, f);
+        for (what, page, want) in [
+            ("volume", cell("volume"), "v".to_string()),
+            ("offset", cell("offset"), num("offset").to_string()),
+            ("from gSSD", cell("from"), num("from").to_string()),
+            ("to gSSD", cell("to"), num("to").to_string()),
+            ("total", cell("total"), fmt_bytes(total)),
+            (
+                "progress bar's max",
+                cell("_progress_max"),
+                total.to_string(),
+            ),
+        ] {
+            if page != want {
+                return Err(format!(
+                    "{key} {what}: page shows {page:?}, API says {want:?}"
+                ));
+            }
+        }
+        let shown: u64 = cell("_progress_value")
+            .parse()
+            .map_err(|e| format!("{key} progress bar: {e}"))?;
+        if !(0 < shown && shown <= copied && copied < total) {
+            return Err(format!(
+                "{key}: the page shows {shown} bytes copied, the API {copied} right after, of {total}: \
+                 not half-way, or the page ahead of the API"
+            ));
+        }
+        let pct = format!("{:.0}%", shown as f64 * 100.0 / total as f64);
+        for (what, page, want) in [
+            ("bytes copied", cell("copied"), fmt_bytes(shown)),
+            ("percentage", cell("_progress_text"), pct),
+        ] {
+            if page != want {
+                return Err(format!(
+                    "{key} {what}: page shows {page:?}, its progress bar says {want:?}"
+                ));
+            }
+        }
+    }
+    let state = p.cell("volume", "v", "state");
+    if state != "migrating" || v["state"] != "migrating" {
+        return Err(format!(
+            "volume state: page shows {state:?}, API says {}",
+            v["state"]
+        ));
+    }
+    for g in gssds.as_array().unwrap() {
+        let id = g["id"].to_string();
+        let (page, api) = (p.cell("gssd", &id, "state"), g["state"].as_str().unwrap());
+        if page != api {
+            return Err(format!(
+                "gSSD {id} state: page shows {page:?}, API says {api:?}"
+            ));
+        }
+    }
+    let from = api[0]["from"].to_string();
+    if p.cell("gssd", &from, "state") != "migrating-out" {
+        return Err(format!("gSSD {from} is not shown migrating out"));
+    }
+    Ok(())
 }
 
 /// Compares the admin's page with the API's JSON; the first difference.
@@ -540,14 +633,25 @@ fn the_dashboard_shows_what_the_api_says_live_and_only_to_whom_it_may() {
         .unwrap()
         .to_string();
     fio(&d, &home, &["--rw=write", "--bs=256k", "--size=17m"]);
-    wait_for("the migration", Duration::from_secs(30), || {
-        get(&d, &admin, "/v1/events")
+    // The paced copy takes seconds: read the page while it is half-way.
+    wait_for("the migration to start", Duration::from_secs(30), || {
+        get(&d, &admin, "/v1/harvest/volumes/v")["migrations"]
             .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["kind"] == "migrated")
+            .is_some_and(|m| m.iter().any(|m| m["copied"].as_u64() > Some(0)))
     });
-    // b reads and writes for a few seconds: its operating points.
+    let page = browse(&d, &admin, &[], None);
+    if let Err(e) = compare_migrating(&d, &admin, &page) {
+        panic!(
+            "the page half-way through the migration disagrees with the API: {e}\n{}",
+            page.0["rows"]
+        );
+    }
+    eprintln!(
+        "half-way through the migration, the page showed {}",
+        page.0["rows"]["migration"]
+    );
+    // b reads and writes for a few seconds (its operating points) while the
+    // copy goes on.
     fio(
         &d,
         "b",
@@ -566,6 +670,13 @@ fn the_dashboard_shows_what_the_api_says_live_and_only_to_whom_it_may() {
             .unwrap()
             .iter()
             .any(|r| r["write_iops"].as_f64().unwrap() > 0.0)
+    });
+    wait_for("the migration to finish", Duration::from_secs(60), || {
+        get(&d, &admin, "/v1/events")
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "migrated")
     });
     // Idle from here: the last interval's rates settle to zero.
     std::thread::sleep(Duration::from_millis(1200));

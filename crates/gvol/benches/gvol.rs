@@ -165,7 +165,7 @@ fn migrate(c: &mut Criterion) {
                 |(v, dst)| {
                     let opts = MigrateOptions {
                         chunk_bytes: chunk,
-                        deadline: None,
+                        ..MigrateOptions::default()
                     };
                     let mut m = v.start_migration(0, 2, dst, 0, opts).unwrap();
                     let done = m.run().unwrap();

@@ -86,6 +86,17 @@
 //! [`GhostVolume::start_migration`] and calls [`Migration::step`]. Dropping an
 //! unfinished [`Migration`] cancels it; dropping a [`MigrationHandle`] does not.
 //!
+//! # Pacing
+//!
+//! By default the copy runs as fast as the two gSSDs allow, and takes their
+//! bandwidth from the tenants that share their flash. [`MigrateOptions::pacing`]
+//! limits it to a rate in bytes per second on an injected clock ([`Pacing`]):
+//! chunks are spaced by `chunk / rate`. [`Migration::step`] refuses to copy early
+//! (it answers [`Step::Wait`] with the time it may), [`Migration::next_step_at`]
+//! says when without stepping, and [`Migration::run`] sleeps until then, woken
+//! at once by a cancel and ended by a deadline. Pacing only spaces the copy; the
+//! correctness argument above does not depend on when chunks are copied.
+//!
 //! # Example
 //!
 //! ```
@@ -159,7 +170,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 mod migrate;
 
 pub use migrate::{
-    Deadline, MigrateOptions, Migrated, Migration, MigrationError, MigrationHandle, Step,
+    Deadline, MigrateOptions, Migrated, Migration, MigrationError, MigrationHandle, Pacing, Step,
     DEFAULT_CHUNK,
 };
 
@@ -324,6 +335,10 @@ pub(crate) struct MigState {
     pub(crate) target_error: Mutex<Option<IoError>>,
     pub(crate) outcome: Mutex<Option<Result<Migrated, MigrationError>>>,
     pub(crate) finished: Condvar,
+    /// A paced copier sleeps on `wake` (with `wake_lock`) between chunks;
+    /// [`MigrationHandle::cancel`] notifies it.
+    pub(crate) wake_lock: Mutex<()>,
+    pub(crate) wake: Condvar,
 }
 
 impl MigState {
@@ -680,6 +695,8 @@ impl GhostVolume {
             target_error: Mutex::new(None),
             outcome: Mutex::new(None),
             finished: Condvar::new(),
+            wake_lock: Mutex::new(()),
+            wake: Condvar::new(),
         });
         seg.mig = Some(state.clone());
         let old = seg.target.clone();
@@ -688,6 +705,7 @@ impl GhostVolume {
             state,
             old,
             opts.deadline,
+            opts.pacing,
         ))
     }
 

@@ -1,10 +1,12 @@
 //! Online migration of one segment to another gSSD: the copier ([`Migration`]), the
-//! handle other threads hold ([`MigrationHandle`]), options and outcomes. The
-//! crate docs say why the scheme is correct.
+//! handle other threads hold ([`MigrationHandle`]), options (chunk size, deadline,
+//! [`Pacing`]) and outcomes. The crate docs say why the scheme is correct.
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use blockdev::IoError;
 use clock::{Clock, Nanos};
@@ -30,6 +32,47 @@ impl fmt::Debug for Deadline {
     }
 }
 
+/// The longest a paced [`Migration::run`] sleeps before it reads its clocks again:
+/// a cancel wakes it at once, but a deadline on another clock, or a virtual clock
+/// that someone else moves, is only seen when it looks.
+const MAX_NAP: Duration = Duration::from_millis(100);
+
+/// A bandwidth limit for a migration's background copy, so that it does not take
+/// the flash from the tenants of both gSSDs (like Ceph's recovery throttles).
+///
+/// The copy never runs ahead of the rate by more than one chunk: after a chunk of
+/// `n` bytes, the next may start `n / bytes_per_sec` seconds later on `clock` (or
+/// at once, if copying the chunk itself took longer). Every chunk counts, zeros
+/// included: each one is read from the old gSSD. Switching the mapping after the
+/// last chunk is not paced. A migration of `len` bytes in chunks of `chunk`
+/// therefore takes at least `(ceil(len / chunk) - 1) · chunk / bytes_per_sec`.
+#[derive(Clone)]
+pub struct Pacing {
+    /// Bytes the copy may move per second, on average.
+    pub bytes_per_sec: NonZeroU64,
+    /// The clock the pace is kept on (injected; never the wall clock). The daemon's
+    /// monotonic clock for [`Migration::run`]; a simulator's virtual clock when it
+    /// drives [`Migration::step`] itself (see [`Migration::next_step_at`]).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Pacing {
+    /// Time the pace allots to `bytes`, rounded up to a whole nanosecond.
+    pub fn time_for(&self, bytes: u64) -> Nanos {
+        let ns = (u128::from(bytes) * u128::from(clock::SEC))
+            .div_ceil(u128::from(self.bytes_per_sec.get()));
+        Nanos::try_from(ns).unwrap_or(Nanos::MAX)
+    }
+}
+
+impl fmt::Debug for Pacing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pacing")
+            .field("bytes_per_sec", &self.bytes_per_sec)
+            .finish()
+    }
+}
+
 /// How to migrate.
 #[derive(Debug, Clone)]
 pub struct MigrateOptions {
@@ -38,6 +81,8 @@ pub struct MigrateOptions {
     pub chunk_bytes: u64,
     /// Give up (leaving the old mapping intact) once this passes.
     pub deadline: Option<Deadline>,
+    /// Limit the copy's bandwidth; `None` (default): copy as fast as the gSSDs go.
+    pub pacing: Option<Pacing>,
 }
 
 impl Default for MigrateOptions {
@@ -45,6 +90,7 @@ impl Default for MigrateOptions {
         Self {
             chunk_bytes: DEFAULT_CHUNK,
             deadline: None,
+            pacing: None,
         }
     }
 }
@@ -97,17 +143,29 @@ pub enum MigrationError {
 pub enum Step {
     /// One more chunk was copied; the copy is not finished.
     Copied(Progress),
+    /// Nothing: the [`Pacing`] allows the next chunk only at this time on its
+    /// clock. Step again then (on a virtual clock, move it there first).
+    Wait(Nanos),
     /// Everything was copied and the mapping switched.
     Done(Migrated),
 }
 
 /// A migration driven by the caller's thread ([`crate::GhostVolume::start_migration`]).
 /// Dropping it before it finishes cancels it.
+///
+/// With [`Pacing`], [`Migration::step`] copies a chunk only once the pace allows
+/// it and otherwise answers [`Step::Wait`] with the time it will;
+/// [`Migration::next_step_at`] tells that time without stepping, so that a
+/// simulator can schedule the copy on its virtual clock. [`Migration::run`] waits
+/// on its own (cancel and deadline still stop it at once).
 pub struct Migration {
     vol: Arc<Inner>,
     state: Arc<MigState>,
     old: Target,
     deadline: Option<Deadline>,
+    pacing: Option<Pacing>,
+    /// Paced: the earliest time on the pacing clock the next chunk may start.
+    next_at: Nanos,
     buf: Vec<u8>,
     done: bool,
 }
@@ -130,12 +188,15 @@ impl Migration {
         state: Arc<MigState>,
         old: Target,
         deadline: Option<Deadline>,
+        pacing: Option<Pacing>,
     ) -> Self {
         Self {
             vol,
             state,
             old,
             deadline,
+            pacing,
+            next_at: 0,
             buf: Vec::new(),
             done: false,
         }
@@ -148,8 +209,24 @@ impl Migration {
         }
     }
 
+    /// The earliest time, on the [`Pacing`] clock, at which [`Migration::step`]
+    /// will copy the next chunk; `None` when it may step now: the migration is not
+    /// paced, or only the switch is left (it is not paced), or it has finished.
+    /// A time at or before the clock's now means "now" too. Stepping earlier is
+    /// harmless: the step does nothing and answers [`Step::Wait`] with this time.
+    pub fn next_step_at(&self) -> Option<Nanos> {
+        let st = &self.state;
+        (self.pacing.is_some() && !self.done && st.cursor.load(Ordering::Acquire) < st.nchunks)
+            .then_some(self.next_at)
+    }
+
     /// Copies one chunk, or, when all are copied, switches the mapping. After the
     /// migration has finished, returns its outcome again.
+    ///
+    /// Cancellation, the deadline and a failed write to the new gSSD are checked
+    /// first, so a paced migration that is told to stop stops at its next step,
+    /// however far off its next chunk is. Then, when [`Pacing`] does not allow a
+    /// chunk yet, it does nothing and returns [`Step::Wait`].
     pub fn step(&mut self) -> Result<Step, MigrationError> {
         if self.done {
             return self
@@ -178,6 +255,16 @@ impl Migration {
         if c == st.nchunks {
             return self.finish().map(Step::Done);
         }
+        let paced_now = match &self.pacing {
+            Some(p) => {
+                let now = p.clock.now();
+                if now < self.next_at {
+                    return Ok(Step::Wait(self.next_at));
+                }
+                Some(now)
+            }
+            None => None,
+        };
         let start = c * st.chunk;
         let n = st.chunk.min(st.len - start) as usize;
         self.buf.resize(n, 0);
@@ -200,16 +287,49 @@ impl Migration {
             }
             st.cursor.store(c + 1, Ordering::Release);
         }
+        if let (Some(p), Some(now)) = (&self.pacing, paced_now) {
+            // From when this chunk started (or was due, if the caller stepped
+            // late): a late step earns no credit for a burst.
+            self.next_at = self.next_at.max(now).saturating_add(p.time_for(n as u64));
+        }
         Ok(Step::Copied(st.progress()))
     }
 
-    /// Steps until the migration finishes; returns its outcome.
+    /// Steps until the migration finishes; returns its outcome. Under [`Pacing`]
+    /// it sleeps between chunks until [`Migration::next_step_at`] on the pacing
+    /// clock — which is right for a clock that moves by itself, like the daemon's
+    /// monotonic one; on a virtual clock it waits until someone moves the clock
+    /// (a simulator should call [`Migration::step`] itself). A
+    /// [`MigrationHandle::cancel`] wakes the sleep at once, and a [`Deadline`] ends
+    /// it when it passes.
     pub fn run(&mut self) -> Result<Migrated, MigrationError> {
         loop {
-            if let Step::Done(m) = self.step()? {
-                return Ok(m);
+            match self.step()? {
+                Step::Done(m) => return Ok(m),
+                Step::Copied(_) => {}
+                Step::Wait(t) => self.nap(t),
             }
         }
+    }
+
+    /// Sleeps until `t` on the pacing clock, the deadline, a cancel, or
+    /// [`MAX_NAP`], whichever comes first. The caller steps again afterwards,
+    /// which checks all of them.
+    fn nap(&self, t: Nanos) {
+        let Some(p) = &self.pacing else {
+            return;
+        };
+        let mut d = p.clock.until(t).min(MAX_NAP);
+        if let Some(dl) = &self.deadline {
+            d = d.min(dl.clock.until(dl.at));
+        }
+        let st = &self.state;
+        let mut g = st.wake_lock.lock();
+        // Checked under the lock that cancel() takes to notify: no lost wake-up.
+        if d.is_zero() || st.cancel.load(Ordering::Acquire) {
+            return;
+        }
+        st.wake.wait_for(&mut g, d);
     }
 
     /// Bytes copied so far and in all.
@@ -325,6 +445,9 @@ impl MigrationHandle {
     /// says which happened.
     pub fn cancel(&self) {
         self.state.cancel.store(true, Ordering::Release);
+        // Wake a paced copier sleeping until its next chunk.
+        let _g = self.state.wake_lock.lock();
+        self.state.wake.notify_all();
     }
 
     /// Blocks until the migration finishes and returns its outcome.

@@ -1,6 +1,6 @@
 //! Unit tests: error cases, splitting, migration (stepwise, cancelled, failing,
 //! deadline), a proptest against a flat model, and a two-thread verify-while-migrating
-//! test.
+//! test. Paced migrations have their own module ([`pacing`]).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,6 +11,8 @@ use proptest::prelude::*;
 use rng::SplitMix64;
 
 use crate::*;
+
+mod pacing;
 
 const K4: u64 = 4096;
 
@@ -207,7 +209,7 @@ fn detach_returns_target_and_zeroes_the_range() {
 fn opts(chunk: u64) -> MigrateOptions {
     MigrateOptions {
         chunk_bytes: chunk,
-        deadline: None,
+        ..MigrateOptions::default()
     }
 }
 
@@ -320,6 +322,7 @@ fn deadline_cancels_on_the_injected_clock() {
             clock: clock.clone(),
             at: 100,
         }),
+        pacing: None,
     };
     let mut m = v.start_migration(0, 2, mem(4 * K4), 0, o).unwrap();
     m.step().unwrap();

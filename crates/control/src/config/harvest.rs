@@ -7,6 +7,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ByteSize;
+
+/// The lowest non-zero `migrate_rate`, bytes per second: anything slower is
+/// taken for a missing unit (`"64"` meant as `"64M"`), since it would take a
+/// 1 GiB gSSD more than four hours to move.
+const MIN_MIGRATE_RATE: u64 = 64 << 10;
+
 /// `[harvest]`: BlockFlex storage harvesting (OSDI'22 §4.3, §4.5).
 ///
 /// When enabled, the harvester runs every `tick_ms` on the daemon's clock: it
@@ -54,6 +61,12 @@ pub struct HarvestSettings {
     pub eviction_grace_s: u64,
     /// Copy unit of a live migration, bytes. Default 1 MiB.
     pub migrate_chunk_bytes: u64,
+    /// Bandwidth limit of a live migration's background copy, bytes per second
+    /// (`"64M"` style, or an integer); `0` (default): no limit. Chunks are
+    /// spaced by `migrate_chunk_bytes / migrate_rate` on the daemon's clock, so
+    /// that moving a volume does not take the flash from the tenants on the
+    /// same channels. A non-zero rate below 64 KiB/s is refused (a missing unit).
+    pub migrate_rate: ByteSize,
     /// Who decides what a regular vSSD lends: `predicted` (default) or `fixed`.
     pub policy: LendPolicyKind,
     /// Predicted policy: length of one observation window in seconds (the
@@ -87,6 +100,7 @@ impl Default for HarvestSettings {
             unsold_quantile: 0.2,
             eviction_grace_s: 300,
             migrate_chunk_bytes: 1 << 20,
+            migrate_rate: ByteSize(0),
             priority_slack_us: 1,
             policy: LendPolicyKind::Predicted,
             window_s: 18,
@@ -140,6 +154,13 @@ impl HarvestSettings {
                 self.migrate_chunk_bytes
             ));
         }
+        if self.migrate_rate.0 != 0 && self.migrate_rate.0 < MIN_MIGRATE_RATE {
+            return Err(format!(
+                "harvest.migrate_rate = {} is below {}/s: write the unit (e.g. \"64M\" for 64 MiB/s), or 0 for no limit",
+                self.migrate_rate.0,
+                crate::format_size(MIN_MIGRATE_RATE)
+            ));
+        }
         Ok(())
     }
 }
@@ -183,6 +204,29 @@ mod tests {
     }
 
     #[test]
+    fn migrate_rate_is_a_size_and_zero_is_no_limit() {
+        let parse = |t: &str| toml::from_str::<HarvestSettings>(t).unwrap();
+        assert_eq!(HarvestSettings::default().migrate_rate, ByteSize(0));
+        assert_eq!(parse("").migrate_rate, ByteSize(0), "unlimited by default");
+        for (t, want) in [
+            ("migrate_rate = \"64M\"", 64 << 20),
+            ("migrate_rate = \"512K\"", 512 << 10),
+            ("migrate_rate = 1048576", 1 << 20),
+            ("migrate_rate = 0", 0),
+        ] {
+            let h = parse(t);
+            assert_eq!(h.migrate_rate, ByteSize(want), "{t}");
+            h.validate().unwrap();
+        }
+        HarvestSettings {
+            migrate_rate: ByteSize(MIN_MIGRATE_RATE),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+    }
+
+    #[test]
     fn bad_settings_name_the_key() {
         let bad = [
             (
@@ -212,6 +256,13 @@ mod tests {
                     ..Default::default()
                 },
                 "multiple of 4096",
+            ),
+            (
+                HarvestSettings {
+                    migrate_rate: ByteSize(64),
+                    ..Default::default()
+                },
+                "harvest.migrate_rate = 64 is below 64K/s",
             ),
         ];
         for (s, want) in bad {

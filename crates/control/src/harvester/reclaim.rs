@@ -6,11 +6,12 @@
 //! a function takes what it needs out of the maps, calls the host, and puts the
 //! outcome back.
 
+use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use blockdev::BlockDev;
 use clock::Nanos;
-use gvol::MigrateOptions;
+use gvol::{MigrateOptions, Pacing};
 use harvest::{Demand, Gssd, GssdId, ReclaimAction};
 
 use super::api::HarvestEventKind;
@@ -326,6 +327,11 @@ impl Harvester {
         let opts = MigrateOptions {
             chunk_bytes: self.settings.migrate_chunk_bytes,
             deadline: None,
+            // `[harvest] migrate_rate`, kept on the daemon's clock; 0: no limit.
+            pacing: NonZeroU64::new(self.settings.migrate_rate.0).map(|bytes_per_sec| Pacing {
+                bytes_per_sec,
+                clock: self.clock.clone(),
+            }),
         };
         // Starting a migration takes the volume's map lock (it waits for requests
         // in flight on the range) and spawns the copier: not under ours.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use blockdev::BlockDev;
-use clock::{VirtualClock, SEC};
+use clock::{Clock, VirtualClock, SEC};
 use ftl::MemCheckpoints;
 use nbd::ExportRegistry;
 
@@ -327,6 +327,118 @@ fn early_reclamation_migrates_the_data_online() {
 }
 
 #[test]
+fn a_paced_migration_copies_at_migrate_rate_on_the_daemons_clock() {
+    // 64 KiB chunks at 64 KiB/s: one chunk per second of the (virtual) clock.
+    let h = mem(r#"migrate_rate = "64K""#);
+    let chunk = 65536;
+    regular(&h.m, "reg", &[0, 1]);
+    harvester(&h.m, "hv", &[2, 3]);
+    h.m.harvest_tick().unwrap();
+    let lent = h.m.gssds().into_iter().find(|g| g.home.is_some()).unwrap();
+    let v =
+        h.m.harvest_volume_create(&req("v", "hv", 1, 1, 300))
+            .unwrap();
+    assert_eq!(v.segments[0].gssd, lent.id);
+    let dev = export(&h.m, "v");
+    write_all(&*dev, 8);
+    fill_home(&h, "reg");
+    let t0 = h.clock.now();
+    h.m.harvest_tick().unwrap();
+    assert!(kinds(&h.m).contains(&HarvestEventKind::MigrationStarted));
+    let copied = || {
+        h.m.harvest_volume("v")
+            .unwrap()
+            .migrations
+            .first()
+            .map(|m| {
+                assert_eq!((m.from, m.total), (lent.id, 1 << 20));
+                m.copied
+            })
+    };
+    let wait_for = |bytes: u64| {
+        for _ in 0..5000 {
+            if copied() == Some(bytes) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        panic!("the copy never reached {bytes} bytes: {:?}", copied());
+    };
+    // The first chunk goes at once; the next waits for the clock, however
+    // long the copier's thread runs meanwhile.
+    wait_for(chunk);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(copied(), Some(chunk), "copied ahead of the daemon's clock");
+    h.clock.advance(SEC);
+    wait_for(2 * chunk);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(copied(), Some(2 * chunk), "one chunk per second");
+    // The tenant keeps working during the paced copy.
+    dev.write(0, &pattern(8, 65536), false).unwrap();
+    for n in 3..=16 {
+        h.clock.advance(SEC);
+        wait_for(n * chunk);
+        h.m.harvest_tick().unwrap();
+    }
+    settle(&h);
+    // 16 chunks, one per second: 15 seconds from the first to the last.
+    assert_eq!(h.clock.now() - t0, 15 * SEC);
+    let k = kinds(&h.m);
+    assert!(k.contains(&HarvestEventKind::Migrated), "{k:?}");
+    assert_ne!(h.m.harvest_volume("v").unwrap().segments[0].gssd, lent.id);
+    check_all(&*dev, 8);
+}
+
+#[test]
+fn releasing_a_volume_stops_its_paced_migration_at_once() {
+    // 1 MiB chunks at 64 KiB/s on a clock that stands still: after its first
+    // chunk the copier waits for 16 s of that clock, that is for ever, unless
+    // the release wakes it.
+    let text = config_text("/nonexistent", "memory", r#"migrate_rate = "64K""#).replace(
+        "migrate_chunk_bytes = 65536",
+        "migrate_chunk_bytes = 1048576",
+    );
+    let h = mem_text(&text);
+    let chunk = 1 << 20;
+    regular(&h.m, "reg", &[0, 1]);
+    harvester(&h.m, "hv", &[2, 3]);
+    h.m.harvest_tick().unwrap();
+    let v =
+        h.m.harvest_volume_create(&req("v", "hv", 2, 1, 300))
+            .unwrap();
+    assert_eq!(v.segments.len(), 1, "{v:?}");
+    fill_home(&h, "reg");
+    h.m.harvest_tick().unwrap();
+    let copied = |m: &crate::HostManager| {
+        m.harvest_volume("v")
+            .unwrap()
+            .migrations
+            .first()
+            .map(|m| m.copied)
+    };
+    for _ in 0..5000 {
+        if copied(&h.m) == Some(chunk) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert_eq!(copied(&h.m), Some(chunk), "the first chunk, then the wait");
+    // Released on another thread, so that a release that waits for the clock
+    // fails the test instead of hanging it.
+    let m = Arc::new(h.m);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let m2 = m.clone();
+    std::thread::spawn(move || tx.send(m2.harvest_volume_release("v")));
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the release waited for the paced copy")
+        .unwrap();
+    assert!(m.harvest_volume("v").is_err());
+    assert_eq!(m.harvest_status().migrations, 0);
+    let k = kinds(&m);
+    assert!(!k.contains(&HarvestEventKind::Migrated), "{k:?}");
+}
+
+#[test]
 fn early_reclamation_with_nowhere_to_go_evicts_with_a_deadline() {
     let h = mem("unsold = false");
     regular(&h.m, "reg", &[0, 1, 2, 3, 4, 5]);
@@ -451,6 +563,10 @@ fn bad_requests_are_refused_and_take_nothing() {
         ("lend_fraction = 1.5", "lend_fraction"),
         ("lend_for_s = 10", "lend_for_s"),
         ("migrate_chunk_bytes = 1000", "migrate_chunk_bytes"),
+        ("migrate_rate = 64", "migrate_rate"),
+        ("migrate_rate = \"lots\"", "migrate_rate"),
+        ("migrate_rate = -1", "migrate_rate"),
+        ("migrate_rate = 1.5", "migrate_rate"),
         ("bogus = 1", "bogus"),
     ] {
         let e = Config::from_toml(&config_text("/nonexistent", "memory", text))
