@@ -10,7 +10,10 @@
 #   nbdkit file   on a sparse file (persistent: the fair peer);
 #   nbdkit memory (not persistent: the ceiling).
 # Each cell is the median over the repetitions; the page cache is dropped
-# before every benchmark.
+# before every benchmark. A second table gives the bytes each server made the
+# host's disk write during the pgbench step (initdb, load, run): the disk that
+# holds the work directory, from its /sys/class/block statistics, so other
+# writers on the machine count too.
 #
 #   scripts/bench-apps.sh [REPS [PGBENCH_SECONDS]]   (default 1 repetition, 30 s)
 #
@@ -118,6 +121,10 @@ attach() {
 
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
+# Sectors written so far to the disk holding $WORK (empty if unknown).
+DISK=$(basename "$(df --output=source "$WORK" | tail -1)")
+disk_written() { [ -r "/sys/class/block/$DISK/stat" ] && awk '{print $7}' "/sys/class/block/$DISK/stat"; }
+
 # pgbench on $MNT: prints tps.
 pg() {
   local pg=$MNT/pg
@@ -154,8 +161,11 @@ for fs in $FS; do
     for s in "${order[@]}"; do
       step "$fs, repetition $r: ${NAME[$s]}"
       attach "$s" "$fs"
+      d0=$(disk_written)
       v=$(pg); [ -n "$v" ] || { echo "bench-apps: pgbench printed no tps" >&2; exit 1; }
+      sync
       got[$fs,$s,pgbench]+="$v "
+      [ -n "$d0" ] && got[$fs,$s,diskmb]+="$(( ($(disk_written) - d0) / 2048 )) "
       [ -n "${OUT:-}" ] && echo "$fs,$r,$s,pgbench,$v" >> "$OUT/bench-apps.csv"
       for w in fillrandom readrandom readrandomwriterandom; do
         v=$(db "$w"); [ -n "$v" ] || { echo "bench-apps: db_bench $w printed no ops/sec" >&2; exit 1; }
@@ -182,3 +192,14 @@ for fs in $FS; do
     echo "| $w ($unit) | $fx | $kf | $(ratio "$fx" "$kf") | $km | $(ratio "$fx" "$km") |"
   done
 done
+if [ -n "$(disk_written)" ]; then
+  echo
+  echo "Host disk ($DISK) writes during the pgbench step (initdb, load, ${PG_T}s run), MiB:"
+  echo
+  echo "| file system | flexssd | nbdkit file | nbdkit memory |"
+  echo "|---|---:|---:|---:|"
+  for fs in $FS; do
+    # shellcheck disable=SC2086
+    echo "| $fs | $(med ${got[$fs,fx,diskmb]:-0}) | $(med ${got[$fs,kf,diskmb]:-0}) | $(med ${got[$fs,km,diskmb]:-0}) |"
+  done
+fi
