@@ -218,7 +218,7 @@ for c in cost:
     e = per[(c["source"], c["model"])]
     e[0] += float(c["train_ms_mean"]); e[1] += float(c["train_ms_max"]); e[2] += float(c["infer_us_mean"]); e[3] += int(c["model_bytes"])
 for (src, model), e in sorted(per.items()):
-    P(f"| {src} | {NAME[model]} | {e[0]:.3f} ms ({e[1]:.1f} ms) | {e[2]:.1f} µs | {e[3] / 1024:.1f} KiB |")
+    P(f"| {src} | {NAME[model]} | {e[0]:.3f} ms ({e[1]:.3f} ms) | {e[2]:.1f} µs | {e[3] / 1024:.1f} KiB |")
 P("")
 P("The quantile model's state is its own transition counts and run lengths (the prior is shared by all vSSDs of a host and not "
   "counted: 17 × 17 floats plus the training inputs' run lengths). The LSTM's counts weights and both Adam moments.")
@@ -231,8 +231,8 @@ for src in SOURCES:
     for m in METRICS:
         for r in [0.0, 5.0, 10.0, 20.0, 30.0]:
             cells = []
-            for md in ["lstm", "quantile", "quantile_online", "last"]:
-                v = res.get((src, m, md, r))
+            for mdl in ["lstm", "quantile", "quantile_online", "last"]:
+                v = res.get((src, m, mdl, r))
                 cells.append(f"{pct(v[0])} / {pct(v[3])}" if v else "–")
             n = res.get((src, m, "last", r))
             if not n:
