@@ -1140,11 +1140,13 @@ fn plot_tradeoff(trade: &[TradeRow], path: &Path) -> Result<()> {
         ("sans-serif", 16),
     )?;
     let panels = root.split_evenly((sources.len().max(1), metrics.len()));
+    // Drawn in this order: ours last, on top (on the artifact's levels it coincides
+    // with last-value).
     let styles = [
-        ("quantile", Palette99::pick(0).to_rgba()),
-        ("quantile_online", Palette99::pick(4).to_rgba()),
         ("last", BLACK.to_rgba()),
         ("lstm", Palette99::pick(1).to_rgba()),
+        ("quantile_online", Palette99::pick(4).to_rgba()),
+        ("quantile", Palette99::pick(0).to_rgba()),
     ];
     for (si, src) in sources.iter().enumerate() {
         for (mi, met) in metrics.iter().enumerate() {
