@@ -171,8 +171,9 @@ P("* **Trade-off** (plot above, `predict-tradeoff.csv`): every model has a knob 
 P("")
 P("## Goals on unseen inputs (issue 15)")
 P("")
-P("| source | predictor | last-value, 0 % | paper LSTM, 0 % | **ours, 0 %** | ours, 5 % | ours' waste, 0 % / 5 % | last-value's waste at ours' accuracy, 0 % / 5 % |")
-P("|---|---|---:|---:|---:|---:|---:|---:|")
+P("| source | predictor | last-value, 0 % | paper LSTM, 0 % | **ours, 0 %** | ours, 5 % | ours' waste, 0 % / 5 % | last-value's waste at ours' accuracy, 0 % / 5 % | paper LSTM's waste at ours' accuracy (its knob swept), 0 % / 5 % |")
+P("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+lstm_better = []
 goal_rows = []
 for src in SOURCES:
     for m in METRICS:
@@ -182,9 +183,14 @@ for src in SOURCES:
             continue
         f = frontier(src, m, "last")
         b0, b5 = waste_at(f, q0[0]), waste_at(f, q5[0])
-        fmt = lambda b: "beyond last-value's most accurate point" if b is None else pct(b)
+        fmt = lambda b: "beyond that model's most accurate point" if b is None else pct(b)
+        fl = frontier(src, m, "lstm")
+        c0, c5 = waste_at(fl, q0[0]), waste_at(fl, q5[0])
+        for r, q, c in ((0, q0, c0), (5, q5, c5)):
+            if c is not None and q[3] > c + 1e-4:
+                lstm_better.append((src, m, r, q, c))
         P(f"| {src} | {m.replace('_', ' ')} | {pct(l0[0])} | {pct(p0[0]) if p0 else '–'} | **{pct(q0[0])}** | {pct(q5[0])} | "
-          f"{pct(q0[3])} / {pct(q5[3])} | {fmt(b0)} / {fmt(b5)} |")
+          f"{pct(q0[3])} / {pct(q5[3])} | {fmt(b0)} / {fmt(b5)} | {fmt(c0) if fl else '–'} / {fmt(c5) if fl else '–'} |")
         goal_rows.append((src, m, q0, q5, l0, b0, b5))
 P("")
 a_ok = [(s, m) for s, m, q0, q5, l0, b0, b5 in goal_rows if m in ("bandwidth", "capacity") and q0[0] < l0[0] - 1e-9]
@@ -213,7 +219,7 @@ for src in SOURCES:
             continue
         f = frontier(src, m, "last", swap, swap_t)
         b0, b5 = waste_at(f, q0[0]), waste_at(f, q5[0])
-        fmt = lambda b: "beyond last-value's most accurate point" if b is None else pct(b)
+        fmt = lambda b: "beyond that model's most accurate point" if b is None else pct(b)
         P(f"| {src} | {m.replace('_', ' ')} | {pct(l0[0])} | **{pct(q0[0])}** | {pct(q5[0])} | {pct(q0[3])} / {pct(q5[3])} | {fmt(b0)} / {fmt(b5)} |")
         if (m in ("bandwidth", "capacity") and q0[0] < l0[0] - 1e-9) or q5[0] < 0.93 or any(
                 b is not None and q[3] > b + 1e-4 for q, b in ((q0, b0), (q5, b5))):
@@ -241,7 +247,9 @@ P("")
 P("Measured inside `sim predict` (release build, one thread per series, wall-clock around the calls): a training period is what "
   "runs every 3 minutes of trace time (every window for CloudPhysics), the level and duration models of one resource together; "
   "inference is one level and one duration prediction. Per vSSD and round, bandwidth and capacity add up. The paper's Table 3: "
-  "training 475 ms, inference 7.3 ms, 1.7 MB per vSSD; the goal is at most 47 ms of training per vSSD per round.")
+  "training 475 ms, inference 7.3 ms, 1.7 MB per vSSD; the goal is at most 47 ms of training per vSSD per round. Times are "
+  "wall-clock on the shared 2-core machine while other jobs ran (the load at the end of the run is in the first line), so "
+  "they are upper bounds; BENCHMARKS.md has the LSTM on an idle machine (63 ms per vSSD per round, synthetic inputs).")
 P("")
 P("| source | model | training per vSSD per round, mean (max) | inference per vSSD | model state per vSSD |")
 P("|---|---|---:|---:|---:|")
@@ -293,6 +301,12 @@ for s, m in a_ok:
     behind.append(f"* Goal (a) missed: quantile below last-value on {s} {m} at 0 %.")
 for s, m, a in b_ok:
     behind.append(f"* Goal (b) missed: quantile below 93 % on {s} {m.replace('_', ' ')} at 5 % ({pct(a)}).")
+for src, m, r, q, c in lstm_better:
+    behind.append(f"* The paper's LSTM, its predictions {'raised' if m in ('bandwidth', 'capacity') else 'scaled down'} "
+                  f"(not as configured: its knob swept), wastes less than the quantile model at equal accuracy on {src} "
+                  f"{m.replace('_', ' ')} at {r} % ({pct(c)} vs {pct(q[3])} at {pct(q[0])}): its duration estimates, "
+                  "scaled down, rank runs better than the empirical survival curve does on these inputs. A quantile head on "
+                  "the LSTM (pinball loss, last column of the paper table) is the obvious next model to try.")
 for x in swap_bad:
     behind.append(f"* With train and test swapped, a goal is missed on {x}.")
 for s, m, r in c_ok:
