@@ -130,14 +130,15 @@ pub struct QuantileLevel {
 fn check(cfg: &PredictorConfig) -> Result<(), PredictError> {
     let q = &cfg.quantile;
     let ok = |v: f64| v.is_finite() && (0.0..=1.0).contains(&v);
-    if cfg.levels == 0
-        || !ok(q.level_quantile)
-        || !ok(q.duration_quantile)
-        || !(q.level_prior_weight.is_finite() && q.level_prior_weight >= 0.0)
-        || !(q.duration_prior_weight.is_finite() && q.duration_prior_weight >= 0.0)
-        || !(q.zero_weight.is_finite() && q.zero_weight >= 0.0)
-        || q.memory == 0
-    {
+    let weight = |v: f64| v.is_finite() && v >= 0.0;
+    let valid = cfg.levels > 0
+        && ok(q.level_quantile)
+        && ok(q.duration_quantile)
+        && weight(q.level_prior_weight)
+        && weight(q.duration_prior_weight)
+        && weight(q.zero_weight)
+        && q.memory > 0;
+    if !valid {
         return Err(PredictError::Config(
             "quantile: quantiles must lie in 0..=1, weights be non-negative, memory and levels positive"
                 .into(),
