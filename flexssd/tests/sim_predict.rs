@@ -61,8 +61,8 @@ fn one_real_workload_every_output_and_deterministic() {
     let rows: Vec<Vec<String>> = lines
         .map(|l| l.split(',').map(String::from).collect())
         .collect();
-    // 4 metrics x 2 models x 2 ratios.
-    assert_eq!(rows.len(), 16);
+    // 4 metrics x 4 models (lstm, quantile, quantile_online, last) x 2 ratios.
+    assert_eq!(rows.len(), 32);
     for r in &rows {
         let acc: f64 = r[6].parse().unwrap();
         assert!((0.0..=1.0).contains(&acc), "{r:?}");
@@ -80,7 +80,7 @@ fn one_real_workload_every_output_and_deterministic() {
             .unwrap()
     };
     for metric in ["bandwidth", "capacity"] {
-        for model in ["lstm", "last"] {
+        for model in ["lstm", "quantile", "last"] {
             // Every judged window is accurate (provisioned >= actual) or under.
             for ratio in [0.0, 5.0] {
                 let (acc, under) = (col(metric, model, ratio, 6), col(metric, model, ratio, 8));
@@ -109,7 +109,7 @@ fn one_real_workload_every_output_and_deterministic() {
     ]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let v = v.as_array().unwrap();
-    assert_eq!(v.len(), 16);
+    assert_eq!(v.len(), 32);
     for (j, r) in v.iter().zip(&rows) {
         assert_eq!(j["metric"].as_str().unwrap(), r[2]);
         let a: f64 = r[6].parse().unwrap();
@@ -118,6 +118,77 @@ fn one_real_workload_every_output_and_deterministic() {
             "{j} vs {r:?}"
         );
     }
+}
+
+#[test]
+fn split_trains_on_some_inputs_and_reports_on_others() {
+    let root = traces();
+    for f in ["cloudphysics-30min/w01.csv", "cloudphysics-30min/w02.csv"] {
+        assert!(
+            root.join(f).exists(),
+            "{} is missing: this test needs the shared traces (../shared/traces)",
+            root.join(f).display()
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let split = dir.path().join("split.txt");
+    std::fs::write(
+        &split,
+        "# one VM trains, another is reported\ntrain cloudphysics w01.csv\ntest cloudphysics w02.csv\n",
+    )
+    .unwrap();
+    let (trade, cost, csv) = (
+        dir.path().join("t.csv"),
+        dir.path().join("c.csv"),
+        dir.path().join("r.csv"),
+    );
+    let svg = dir.path().join("t.svg");
+    ok(&[
+        "--split",
+        split.to_str().unwrap(),
+        "--traces",
+        root.to_str().unwrap(),
+        "--models",
+        "quantile",
+        "--ratios",
+        "0,5",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--tradeoff",
+        trade.to_str().unwrap(),
+        "--tradeoff-plot",
+        svg.to_str().unwrap(),
+        "--cost",
+        cost.to_str().unwrap(),
+    ]);
+    let rows = std::fs::read_to_string(&csv).unwrap();
+    // Only the test input is reported; no LSTM rows were asked for.
+    assert!(
+        rows.lines().skip(1).all(|l| l.starts_with("w02.csv,")),
+        "{rows}"
+    );
+    assert!(!rows.contains(",lstm,") && rows.contains(",quantile,") && rows.contains(",last,"));
+    let trade = std::fs::read_to_string(&trade).unwrap();
+    assert_eq!(
+        trade.lines().next().unwrap(),
+        "input,source,metric,model,knob,accuracy,waste"
+    );
+    // The quantile sweep: a higher quantile is at least as accurate on levels.
+    let acc = |knob: &str| -> f64 {
+        trade
+            .lines()
+            .find(|l| l.contains(",bandwidth,quantile,") && l.contains(knob))
+            .unwrap()
+            .split(',')
+            .nth(5)
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(acc("q=0.95") >= acc("q=0.50"), "{trade}");
+    let cost = std::fs::read_to_string(&cost).unwrap();
+    assert!(cost.contains("cloudphysics,bandwidth,quantile,"), "{cost}");
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
 }
 
 #[test]
@@ -160,4 +231,52 @@ fn bad_inputs_are_named() {
         cfg.to_str().unwrap(),
     ]);
     assert!(e.contains("c.toml"), "{e}");
+    // The quantile model's settings are checked too.
+    std::fs::write(
+        &cfg,
+        "model = \"quantile\"\n[quantile]\nlevel_quantile = 2.0\n",
+    )
+    .unwrap();
+    let e = fails(&[
+        "--input",
+        &format!("blockflex:{}", good.display()),
+        "--config",
+        cfg.to_str().unwrap(),
+        "--models",
+        "quantile",
+    ]);
+    assert!(e.contains("quantile"), "{e}");
+    let good_in = format!("blockflex:{}", good.display());
+    let e = fails(&["--input", &good_in, "--models", "gru"]);
+    assert!(e.contains("unknown model \"gru\""), "{e}");
+
+    // Splits: the file, its lines, the files it names, and leaks are all checked.
+    let e = fails(&["--split", "/no/such/split.txt"]);
+    assert!(e.contains("read split file /no/such/split.txt"), "{e}");
+    let split = dir.path().join("split.txt");
+    let traces = dir.path().to_str().unwrap();
+    std::fs::write(
+        &split,
+        "train blockflex ok-bw.txt\ntset blockflex ok-bw.txt\n",
+    )
+    .unwrap();
+    let e = fails(&["--split", split.to_str().unwrap(), "--traces", traces]);
+    assert!(
+        e.contains("split.txt:2: expected `train|test KIND NAME`"),
+        "{e}"
+    );
+    std::fs::write(&split, "test blockflex missing-bw.txt\n").unwrap();
+    let e = fails(&["--split", split.to_str().unwrap(), "--traces", traces]);
+    assert!(e.contains("does not exist"), "{e}");
+    std::fs::write(&split, "train cloudphysics w99.csv\n").unwrap();
+    let e = fails(&["--split", split.to_str().unwrap(), "--traces", traces]);
+    assert!(e.contains("no test inputs"), "{e}");
+    std::fs::write(&split, "test blockflex ../ok-bw.txt\n").unwrap();
+    let e = fails(&["--split", split.to_str().unwrap(), "--traces", traces]);
+    assert!(e.contains("must be a file name"), "{e}");
+    let e = fails(&["--input", &good_in, "--train", &good_in]);
+    assert!(e.contains("both a training and a test input"), "{e}");
+    std::fs::write(&split, "test blockflex ok-bw.txt\n").unwrap();
+    let e = fails(&["--split", split.to_str().unwrap(), "--input", &good_in]);
+    assert!(e.contains("either --split or --input"), "{e}");
 }

@@ -115,10 +115,60 @@ impl DurationConfig {
     }
 }
 
+/// Which model family predicts levels and durations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Model {
+    /// The paper's LSTMs (`[bandwidth]`, `[capacity]`, `[duration]`).
+    #[default]
+    Lstm,
+    /// Conditional-distribution quantile model (`[quantile]`): the distribution of
+    /// the next level given the current one, and of a run's remaining time given how
+    /// long it has lasted, read out at a chosen quantile. Untrained it is last-value.
+    Quantile,
+}
+
+/// The quantile model (`model = "quantile"`, see `crate::quantile`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuantileConfig {
+    /// Quantile of the next level's predicted distribution that is predicted: the
+    /// share of windows the prediction should cover before provisioning.
+    pub level_quantile: f64,
+    /// Quantile of the remaining time of a run that is predicted: about the share of
+    /// predictions allowed to outlast the run.
+    pub duration_quantile: f64,
+    /// Weight, in transitions, of the prior (or, without a prior, of "the level stays")
+    /// against the vSSD's own transitions from a level.
+    pub level_prior_weight: f64,
+    /// Weight, in runs, of the prior run lengths against the vSSD's own runs.
+    pub duration_prior_weight: f64,
+    /// Weight, in runs, of a run that ends at once: with `n` runs seen, nothing is
+    /// promised unless `duration_quantile` exceeds about `1 / (n + 1)`.
+    pub zero_weight: f64,
+    /// Transitions from a level and runs at a level remembered (older ones fade).
+    pub memory: usize,
+}
+
+impl Default for QuantileConfig {
+    fn default() -> Self {
+        Self {
+            level_quantile: 0.8,
+            duration_quantile: 0.15,
+            level_prior_weight: 3.0,
+            duration_prior_weight: 5.0,
+            zero_weight: 1.0,
+            memory: 256,
+        }
+    }
+}
+
 /// Everything a per-vSSD predictor needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PredictorConfig {
+    /// Model family: `lstm` (the paper's) or `quantile`.
+    pub model: Model,
     /// Top level of bandwidth and capacity (levels run 0..=levels): channels of the
     /// vSSD for bandwidth, sixteenths of its capacity for capacity.
     pub levels: u32,
@@ -143,11 +193,14 @@ pub struct PredictorConfig {
     pub capacity: LevelModelConfig,
     /// Duration sub-predictors.
     pub duration: DurationConfig,
+    /// The quantile model's settings.
+    pub quantile: QuantileConfig,
 }
 
 impl Default for PredictorConfig {
     fn default() -> Self {
         Self {
+            model: Model::Lstm,
             levels: 16,
             ratio: 0.05,
             train_every_s: 180.0,
@@ -158,6 +211,7 @@ impl Default for PredictorConfig {
             bandwidth: LevelModelConfig::bandwidth(),
             capacity: LevelModelConfig::capacity(),
             duration: DurationConfig::default(),
+            quantile: QuantileConfig::default(),
         }
     }
 }
@@ -177,5 +231,11 @@ mod tests {
         assert_eq!(c.bandwidth.loss, Loss::Mse);
         assert!(toml::from_str::<PredictorConfig>("ratoi = 0.1").is_err());
         assert!(toml::from_str::<PredictorConfig>("[duration]\nhiden = 3").is_err());
+        let c: PredictorConfig =
+            toml::from_str("model = \"quantile\"\n[quantile]\nlevel_quantile = 0.9").unwrap();
+        assert_eq!(c.model, Model::Quantile);
+        assert_eq!(c.quantile.level_quantile, 0.9);
+        assert!(toml::from_str::<PredictorConfig>("model = \"gru\"").is_err());
+        assert!(toml::from_str::<PredictorConfig>("[quantile]\nlevel_q = 0.9").is_err());
     }
 }

@@ -18,6 +18,10 @@
 //!   paper's accuracy from 79–93% to 93–96%;
 //! * a **histogram heuristic** for unsold vSSDs ([`UnsoldHistogram`]).
 //!
+//! `model = "quantile"` ([`QuantileConfig`], `quantile.rs`) swaps the LSTMs for
+//! conditional distributions read out at a quantile (a residual on last-value for
+//! levels, survival analysis for durations); see that module for why.
+//!
 //! All models train with Adam, every `train_every_s` (3 minutes) on the preceding
 //! `train_window_s` (15 minutes), on a clock the caller passes in ([`clock::Nanos`]);
 //! nothing here reads the wall clock or does I/O beyond parsing readers it is given.
@@ -54,15 +58,21 @@ mod config;
 mod duration;
 mod level;
 mod lstm;
+mod model;
 mod provision;
+mod quantile;
 pub mod readers;
 mod unsold;
 mod vssd;
 
-pub use config::{DurationConfig, DurationLoss, LevelModelConfig, Loss, PredictorConfig};
+pub use config::{
+    DurationConfig, DurationLoss, LevelModelConfig, Loss, Model, PredictorConfig, QuantileConfig,
+};
 pub use duration::DurationPredictor;
 pub use level::LevelPredictor;
+pub use model::{duration_model, level_model, DurationModel, LevelModel};
 pub use provision::{over_provision, under_provision};
+pub use quantile::{DurationPrior, LevelPrior, QuantileDuration, QuantileLevel};
 pub use unsold::UnsoldHistogram;
 pub use vssd::{level_of, predict_batch, Prediction, Predictor, Role, VssdPredictor, WindowStats};
 

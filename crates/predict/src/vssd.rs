@@ -4,9 +4,8 @@
 use clock::Nanos;
 
 use crate::config::PredictorConfig;
-use crate::duration::DurationPredictor;
-use crate::level::LevelPredictor;
 use crate::lstm::Lstm;
+use crate::model::{duration_model, level_model, DurationModel, LevelModel};
 use crate::provision::over_provision;
 use crate::PredictError;
 
@@ -112,10 +111,10 @@ pub trait Predictor {
 pub struct VssdPredictor {
     cfg: PredictorConfig,
     role: Role,
-    bw: LevelPredictor,
-    cap: LevelPredictor,
-    bw_dur: DurationPredictor,
-    cap_dur: DurationPredictor,
+    bw: Box<dyn LevelModel>,
+    cap: Box<dyn LevelModel>,
+    bw_dur: Box<dyn DurationModel>,
+    cap_dur: Box<dyn DurationModel>,
     last_util: Option<f32>,
 }
 
@@ -127,10 +126,10 @@ impl VssdPredictor {
         Ok(Self {
             cfg: cfg.clone(),
             role,
-            bw: LevelPredictor::new(cfg, &cfg.bandwidth, 6, s)?,
-            cap: LevelPredictor::new(cfg, &cfg.capacity, 4, s.wrapping_add(1))?,
-            bw_dur: DurationPredictor::new(cfg, s.wrapping_add(2))?,
-            cap_dur: DurationPredictor::new(cfg, s.wrapping_add(3))?,
+            bw: level_model(cfg, &cfg.bandwidth, 6, s)?,
+            cap: level_model(cfg, &cfg.capacity, 4, s.wrapping_add(1))?,
+            bw_dur: duration_model(cfg, s.wrapping_add(2))?,
+            cap_dur: duration_model(cfg, s.wrapping_add(3))?,
             last_util: None,
         })
     }
@@ -217,22 +216,26 @@ impl Predictor for VssdPredictor {
 /// runs one forward pass for the whole batch instead of one per vSSD. Gives the same
 /// result as calling [`Predictor::predict`] on each.
 pub fn predict_batch(ps: &[&VssdPredictor], now: Nanos) -> Result<Vec<Prediction>, PredictError> {
-    let levels = |get: &dyn Fn(&VssdPredictor) -> &LevelPredictor| -> Result<Vec<Option<u32>>, PredictError> {
+    let levels = |get: &dyn Fn(&VssdPredictor) -> &dyn LevelModel| -> Result<Vec<Option<u32>>, PredictError> {
         let mut idx = Vec::new();
         let mut models: Vec<(&Lstm, usize)> = Vec::new();
         let mut xs = Vec::new();
+        let mut t = 0;
         for (k, p) in ps.iter().enumerate() {
-            if let Some(x) = get(p).input() {
-                if models.first().is_none_or(|m| m.0.same_shape(&get(p).model)) {
+            let Some(lp) = get(p).as_lstm() else { continue };
+            if let Some(x) = lp.input() {
+                if models.is_empty() {
+                    t = lp.seq_len();
+                }
+                if models.first().is_none_or(|m| m.0.same_shape(&lp.model)) && lp.seq_len() == t {
                     idx.push(k);
-                    models.push((&get(p).model, 0));
+                    models.push((&lp.model, 0));
                     xs.extend(x);
                 }
             }
         }
         let mut out: Vec<Option<u32>> = vec![None; ps.len()];
-        if let Some(first) = ps.first() {
-            let t = get(first).seq_len();
+        if !idx.is_empty() {
             for (k, v) in idx.iter().zip(Lstm::predict_many(&models, xs, t)?) {
                 out[*k] = Some(v as u32);
             }
@@ -245,23 +248,29 @@ pub fn predict_batch(ps: &[&VssdPredictor], now: Nanos) -> Result<Vec<Prediction
         }
         Ok(out)
     };
-    let bws = levels(&|p| &p.bw)?;
-    let caps = levels(&|p| &p.cap)?;
-    let durs = |get: &dyn Fn(&VssdPredictor) -> &DurationPredictor,
+    let bws = levels(&|p| p.bw.as_ref())?;
+    let caps = levels(&|p| p.cap.as_ref())?;
+    let durs = |get: &dyn Fn(&VssdPredictor) -> &dyn DurationModel,
                 lv: &[Option<u32>]|
      -> Result<Vec<Nanos>, PredictError> {
         let mut out = vec![0; ps.len()];
         let mut idx = Vec::new();
         let mut models: Vec<(&Lstm, usize)> = Vec::new();
         let mut xs = Vec::new();
+        let mut h = 0;
         for (k, p) in ps.iter().enumerate() {
             let l = over_provision(lv[k].unwrap_or(p.cfg.levels), p.cfg.ratio, p.cfg.levels);
             let d = get(p);
-            match d.ready(l, now) {
-                Some((m, x))
-                    if models.first().is_none_or(|f| f.0.same_shape(m.0))
-                        && d.history() == get(ps[0]).history() =>
+            let ready = d
+                .as_lstm()
+                .and_then(|dp| dp.ready(l, now).map(|r| (dp.history(), r)));
+            match ready {
+                Some((hist, (m, x)))
+                    if models
+                        .first()
+                        .is_none_or(|f| f.0.same_shape(m.0) && hist == h) =>
                 {
+                    h = hist;
                     idx.push(k);
                     models.push(m);
                     xs.extend(x);
@@ -270,15 +279,15 @@ pub fn predict_batch(ps: &[&VssdPredictor], now: Nanos) -> Result<Vec<Prediction
             }
         }
         if !idx.is_empty() {
-            let h = get(ps[idx[0]]).history();
             for (k, y) in idx.iter().zip(Lstm::predict_many(&models, xs, h)?) {
-                out[*k] = get(ps[*k]).denorm(y);
+                let dp = get(ps[*k]).as_lstm().expect("batched ones are LSTMs");
+                out[*k] = dp.denorm(y);
             }
         }
         Ok(out)
     };
-    let bd = durs(&|p| &p.bw_dur, &bws)?;
-    let cd = durs(&|p| &p.cap_dur, &caps)?;
+    let bd = durs(&|p| p.bw_dur.as_ref(), &bws)?;
+    let cd = durs(&|p| p.cap_dur.as_ref(), &caps)?;
     Ok(ps
         .iter()
         .enumerate()
@@ -344,6 +353,27 @@ mod tests {
             let (x, y) = (one.duration as f64, b.duration as f64);
             assert!((x - y).abs() <= 1e-3 * x.max(1.0) + 1e6, "{x} vs {y}");
         }
+    }
+
+    #[test]
+    fn quantile_model_is_selectable_and_batches_with_lstms() {
+        let q = PredictorConfig {
+            model: crate::config::Model::Quantile,
+            ..Default::default()
+        };
+        let mut a = VssdPredictor::new(&q, Role::Harvestable, 1).unwrap();
+        let mut b = VssdPredictor::new(&PredictorConfig::default(), Role::Harvestable, 2).unwrap();
+        assert!(!a.predict(0).unwrap().warm);
+        feed(&mut a, 60, 0);
+        feed(&mut b, 60, 0);
+        let now = 60 * 18 * SEC;
+        let one = a.predict(now).unwrap();
+        assert!(one.warm && one.bandwidth + one.spare_bandwidth == 16);
+        let batch = predict_batch(&[&a, &b, &a], now).unwrap();
+        assert_eq!(batch[0], one);
+        assert_eq!(batch[2], one);
+        assert_eq!(batch[1].bandwidth, b.predict(now).unwrap().bandwidth);
+        assert!(a.model_bytes() < b.model_bytes() / 10);
     }
 
     #[test]
