@@ -104,31 +104,49 @@ impl Daemon {
             .prefix("flexssd-test")
             .tempdir()
             .unwrap();
-        let port = free_port();
         let sock = dir.path().join("nbd.sock");
         let config = dir.path().join("flexssd.toml");
-        let text = format!(
-            "data_dir = \"{}\"\n{body}\n[api]\nlisten = \"127.0.0.1:{port}\"\n{api}\n\n[nbd]\nsocket = \"{}\"\n{nbd}\n",
-            dir.path().join("data").display(),
-            sock.display()
-        );
-        std::fs::write(&config, text).unwrap();
         let scheme = if ca.is_some() { "https" } else { "http" };
         let mut d = Daemon {
             dir,
             child: None,
             args: args.iter().map(|s| s.to_string()).collect(),
-            api: format!("{scheme}://127.0.0.1:{port}"),
+            api: String::new(),
             sock,
             config,
             token: None,
             ca: ca.map(Path::to_path_buf),
         };
-        d.spawn();
+        // `free_port` closes its probe before the daemon binds, so another
+        // test may take the port in between: the daemon then refuses to
+        // start ("nothing was created") and we try another port.
+        for attempt in 1.. {
+            let port = free_port();
+            let text = format!(
+                "data_dir = \"{}\"\n{body}\n[api]\nlisten = \"127.0.0.1:{port}\"\n{api}\n\n[nbd]\nsocket = \"{}\"\n{nbd}\n",
+                d.dir.path().join("data").display(),
+                d.sock.display()
+            );
+            std::fs::write(&d.config, text).unwrap();
+            d.api = format!("{scheme}://127.0.0.1:{port}");
+            match d.try_spawn() {
+                Ok(()) => break,
+                Err(log) if attempt < 5 && log.contains("Address already in use") => {}
+                Err(log) => panic!("{log}"),
+            }
+        }
         d
     }
 
     fn spawn(&mut self) {
+        if let Err(e) = self.try_spawn() {
+            panic!("{e}");
+        }
+    }
+
+    /// Starts the daemon and waits for its API and NBD socket; on failure,
+    /// what went wrong with the daemon's log.
+    fn try_spawn(&mut self) -> Result<(), String> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -155,13 +173,17 @@ impl Daemon {
                     .filter(|t| !t.is_empty());
             }
             if self.sock.exists() && self.get("/v1/vssds").is_some() {
-                return;
+                return Ok(());
             }
             if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("daemon exited with {st}; log:\n{}", self.log());
+                self.child = None;
+                return Err(format!("daemon exited with {st}; log:\n{}", self.log()));
             }
             if t0.elapsed() > Duration::from_secs(60) {
-                panic!("daemon did not come up in 60 s; log:\n{}", self.log());
+                return Err(format!(
+                    "daemon did not come up in 60 s; log:\n{}",
+                    self.log()
+                ));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
