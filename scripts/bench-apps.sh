@@ -144,9 +144,14 @@ db() {
   local extra=()
   [ "$1" = fillrandom ] || extra=(--use_existing_db=1)
   drop_caches
-  db_bench --db="$MNT/rocks" --benchmarks="$1" --num="$DB_NUM" --value_size=100 \
-    --threads=1 "${extra[@]}" 2>/dev/null |
-    sed -n "s/^$1 *: *[0-9.]* micros\/op \([0-9]*\) ops\/sec.*/\1/p" | head -1
+  local out
+  if ! out=$(db_bench --db="$MNT/rocks" --benchmarks="$1" --num="$DB_NUM" --value_size=100 \
+    --threads=1 "${extra[@]}" 2>"$WORK/db_bench.err"); then
+    echo "bench-apps: db_bench $1 failed on $(df -h --output=size,avail "$MNT" | tail -1 | xargs) (size, free); its last words:" >&2
+    tail -5 "$WORK/db_bench.err" >&2
+    return 1
+  fi
+  sed -n "s/^$1 *: *[0-9.]* micros\/op \([0-9]*\) ops\/sec.*/\1/p" <<<"$out" | head -1
 }
 
 rows=(pgbench fillrandom readrandom readrandomwriterandom)
