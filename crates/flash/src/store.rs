@@ -350,6 +350,19 @@ impl Store {
         unsafe { std::slice::from_raw_parts(self.meta.as_ptr().add(off), OOB_SIZE) }
     }
 
+    /// Writes `len` zero bytes at `off` of a region, without allocating
+    /// (erases run on GC's path).
+    fn put_zeros(&self, region: Region, off: usize, len: usize) -> Result<()> {
+        static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(ZEROS.len());
+            self.put(region, off + done, &ZEROS[..n])?;
+            done += n;
+        }
+        Ok(())
+    }
+
     /// Writes page `p`'s OOB record. Caller holds the channel lock of the page.
     pub(crate) fn set_oob(&self, p: PageId, rec: &[u8; OOB_SIZE]) -> Result<()> {
         self.put(Region::Meta, self.oob_off + p as usize * OOB_SIZE, rec)
@@ -395,10 +408,10 @@ impl Store {
                 };
                 if r != 0 {
                     // File systems without hole punching: write zeros instead.
-                    self.put(Region::Data, start, &vec![0; bytes])?;
+                    self.put_zeros(Region::Data, start, bytes)?;
                 }
             }
-            (Some(_), false) => self.put(Region::Data, start, &vec![0; bytes])?,
+            (Some(_), false) => self.put_zeros(Region::Data, start, bytes)?,
             // Memory: nothing to scrub. The erased pages can no longer be read (a
             // read below the write pointer is the only kind the model allows) and a
             // program overwrites every byte of its page, so no tenant can ever see
@@ -409,7 +422,7 @@ impl Store {
             (None, _) => {}
         }
         let off = self.oob_off + first as usize * OOB_SIZE;
-        self.put(Region::Meta, off, &vec![0; ppb * OOB_SIZE])?;
+        self.put_zeros(Region::Meta, off, ppb * OOB_SIZE)?;
         let count = self.erase_count(b).saturating_add(1);
         self.set_erase_count(b, count)?;
         if let Some(r) = self.rec.get() {

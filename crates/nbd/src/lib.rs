@@ -353,9 +353,9 @@ struct Inner {
     registry: Arc<dyn ExportRegistry>,
     config: ServerConfig,
     /// Open connections per authenticated tenant.
-    tenants: parking_lot::Mutex<BTreeMap<String, usize>>,
+    tenants: Counts<String>,
     /// Connections in their handshake, per source.
-    handshakes: parking_lot::Mutex<BTreeMap<Source, usize>>,
+    handshakes: Counts<Source>,
 }
 
 /// A byte stream the server can split into a reader and a writer half once the
@@ -443,8 +443,8 @@ impl Server {
             inner: Arc::new(Inner {
                 registry,
                 config,
-                tenants: parking_lot::Mutex::new(BTreeMap::new()),
-                handshakes: parking_lot::Mutex::new(BTreeMap::new()),
+                tenants: Counts::default(),
+                handshakes: Counts::default(),
             }),
         }
     }
@@ -608,36 +608,45 @@ fn log_end(r: Result<(), NbdError>) {
 const TLS_BUFFER: usize = 256 * 1024;
 
 /// Counts a tenant's open connection while it lives.
-struct TenantSlot {
-    inner: Arc<Inner>,
-    tenant: String,
-}
+/// Connections counted per key (a tenant, a source), each held by a
+/// [`Slot`] that gives it back when dropped.
+struct Counts<K: Ord>(Arc<parking_lot::Mutex<BTreeMap<K, usize>>>);
 
-impl Drop for TenantSlot {
-    fn drop(&mut self) {
-        let mut t = self.inner.tenants.lock();
-        if let Some(n) = t.get_mut(&self.tenant) {
-            *n -= 1;
-            if *n == 0 {
-                t.remove(&self.tenant);
-            }
-        }
+impl<K: Ord> Default for Counts<K> {
+    fn default() -> Self {
+        Self(Arc::default())
     }
 }
 
-/// Counts a connection from a source while its handshake lasts.
-struct HandshakeSlot {
-    inner: Arc<Inner>,
-    source: Source,
+impl<K: Ord + Clone> Counts<K> {
+    /// One more for `key`, unless it has `limit` already.
+    fn take(&self, key: &K, limit: usize) -> Option<Slot<K>> {
+        let mut m = self.0.lock();
+        let n = m.entry(key.clone()).or_insert(0);
+        if *n >= limit {
+            return None;
+        }
+        *n += 1;
+        Some(Slot {
+            counts: self.0.clone(),
+            key: key.clone(),
+        })
+    }
 }
 
-impl Drop for HandshakeSlot {
+/// One counted connection; dropping it gives the count back.
+struct Slot<K: Ord> {
+    counts: Arc<parking_lot::Mutex<BTreeMap<K, usize>>>,
+    key: K,
+}
+
+impl<K: Ord> Drop for Slot<K> {
     fn drop(&mut self) {
-        let mut h = self.inner.handshakes.lock();
-        if let Some(n) = h.get_mut(&self.source) {
+        let mut m = self.counts.lock();
+        if let Some(n) = m.get_mut(&self.key) {
             *n -= 1;
             if *n == 0 {
-                h.remove(&self.source);
+                m.remove(&self.key);
             }
         }
     }
@@ -646,39 +655,23 @@ impl Drop for HandshakeSlot {
 impl Inner {
     /// Counts a new connection from `source` as in its handshake: `Ok(None)`
     /// without a limit, `Err(limit)` when `source` has that many already.
-    fn handshake_slot(self: &Arc<Self>, source: Source) -> Result<Option<HandshakeSlot>, usize> {
+    fn handshake_slot(&self, source: Source) -> Result<Option<Slot<Source>>, usize> {
         let limit = self.config.max_handshakes_per_source;
         if limit == 0 {
             return Ok(None);
         }
-        let mut h = self.handshakes.lock();
-        let n = h.entry(source).or_insert(0);
-        if *n >= limit {
-            return Err(limit);
-        }
-        *n += 1;
-        Ok(Some(HandshakeSlot {
-            inner: self.clone(),
-            source,
-        }))
+        self.handshakes.take(&source, limit).map(Some).ok_or(limit)
     }
 
     /// Takes one of `tenant`'s connection slots, if it has one left.
-    fn tenant_slot(self: &Arc<Self>, tenant: &str) -> Result<TenantSlot, NbdError> {
+    fn tenant_slot(&self, tenant: &str) -> Result<Slot<String>, NbdError> {
         let limit = self.config.max_connections_per_tenant.max(1);
-        let mut t = self.tenants.lock();
-        let n = t.entry(tenant.to_string()).or_insert(0);
-        if *n >= limit {
-            return Err(NbdError::TenantLimit {
+        self.tenants
+            .take(&tenant.to_string(), limit)
+            .ok_or_else(|| NbdError::TenantLimit {
                 tenant: tenant.to_string(),
                 limit,
-            });
-        }
-        *n += 1;
-        Ok(TenantSlot {
-            inner: self.clone(),
-            tenant: tenant.to_string(),
-        })
+            })
     }
 
     /// Serves one connection; `in_handshake` counts it against its source until
@@ -687,7 +680,7 @@ impl Inner {
         self: Arc<Self>,
         mut stream: S,
         shutdown: Option<watch::Receiver<bool>>,
-        in_handshake: Option<HandshakeSlot>,
+        in_handshake: Option<Slot<Source>>,
     ) -> Result<(), NbdError> {
         let mut inbuf = inbuf::InBuf::new(512 * 1024);
         let mut stop = shutdown.clone();

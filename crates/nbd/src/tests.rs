@@ -1734,18 +1734,20 @@ mod authorization {
         ]
     }
 
-    /// What the client got: the names LIST returned, and for each export
-    /// whether INFO succeeded.
-    async fn haggle(
-        exports: &[(String, Option<String>)],
+    /// A handshake over an in-memory pipe with `exports` (name, owner)
+    /// registered, past the greeting: the client, and the server's task, which
+    /// says whether the handshake ended cleanly (rather than going on to
+    /// transmission). The PSK file knows alice.
+    async fn handshake_with(
+        exports: &[(&str, Option<&str>)],
         mode: TlsMode,
         secure: bool,
         identity: Option<String>,
-    ) -> (Vec<String>, Vec<bool>) {
+    ) -> (Client, tokio::task::JoinHandle<bool>) {
         let reg = MapRegistry::new();
         for (name, owner) in exports {
             reg.insert(Export {
-                owner: owner.clone(),
+                owner: owner.map(str::to_string),
                 ..export(name, Arc::new(MemDev::new(1 << 20)))
             });
         }
@@ -1769,15 +1771,29 @@ mod authorization {
             let r = handshake::negotiate(&reg, &config, &mut session, &mut inbuf, &mut s).await;
             matches!(r, Ok(Outcome::Closed))
         });
-        let mut client = Client {
-            s: {
-                let mut g = [0u8; 18];
-                c.read_exact(&mut g).await.unwrap();
-                c.write_all(&3u32.to_be_bytes()).await.unwrap();
-                c
-            },
+        let mut g = [0u8; 18];
+        c.read_exact(&mut g).await.unwrap();
+        c.write_all(&3u32.to_be_bytes()).await.unwrap();
+        let client = Client {
+            s: c,
             srv: tokio::spawn(async { Ok(()) }),
         };
+        (client, server)
+    }
+
+    /// What the client got: the names LIST returned, and for each export
+    /// whether INFO succeeded.
+    async fn haggle(
+        exports: &[(String, Option<String>)],
+        mode: TlsMode,
+        secure: bool,
+        identity: Option<String>,
+    ) -> (Vec<String>, Vec<bool>) {
+        let named: Vec<(&str, Option<&str>)> = exports
+            .iter()
+            .map(|(n, o)| (n.as_str(), o.as_deref()))
+            .collect();
+        let (mut client, server) = handshake_with(&named, mode, secure, identity).await;
         client.option(OPT_LIST, &[]).await;
         let mut listed = Vec::new();
         loop {
@@ -1824,40 +1840,13 @@ mod authorization {
 
     #[tokio::test]
     async fn another_tenants_export_answers_exactly_as_an_unknown_one() {
-        let reg = MapRegistry::new();
-        for (name, owner) in [("alice-db", "alice"), ("bob-db", "bob")] {
-            reg.insert(Export {
-                owner: Some(owner.into()),
-                ..export(name, Arc::new(MemDev::new(1 << 20)))
-            });
-        }
-        let tls = Tls::new(TlsSetup {
-            mode: TlsMode::Require,
-            psk: Some(PskKeys::parse("alice:00112233").unwrap()),
-            ..TlsSetup::default()
-        })
-        .unwrap()
-        .map(Arc::new);
-        let config = ServerConfig {
-            tls,
-            ..ServerConfig::default()
-        };
-        let (mut c, mut s) = tokio::io::duplex(1 << 20);
-        let server = tokio::spawn(async move {
-            let mut session = Session::default();
-            session.secure = true;
-            session.identity = Some("alice".into());
-            let mut inbuf = InBuf::new(1 << 16);
-            let r = handshake::negotiate(&reg, &config, &mut session, &mut inbuf, &mut s).await;
-            matches!(r, Ok(Outcome::Closed))
-        });
-        let mut g = [0u8; 18];
-        c.read_exact(&mut g).await.unwrap();
-        c.write_all(&3u32.to_be_bytes()).await.unwrap();
-        let mut client = Client {
-            s: c,
-            srv: tokio::spawn(async { Ok(()) }),
-        };
+        let (mut client, server) = handshake_with(
+            &[("alice-db", Some("alice")), ("bob-db", Some("bob"))],
+            TlsMode::Require,
+            true,
+            Some("alice".into()),
+        )
+        .await;
         let bobs = replies_as_alice(&mut client, "bob-db").await;
         let unknown = replies_as_alice(&mut client, "nobody-db").await;
         assert_eq!(
