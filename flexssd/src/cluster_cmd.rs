@@ -510,20 +510,6 @@ fn serve(a: &ServeArgs, ca_file: Option<&std::path::Path>) -> Result<()> {
         }
         None => None,
     };
-    let etcd = a.etcd.config();
-    let cfg = SchedulerConfig {
-        etcd,
-        prefix: a.prefix.clone(),
-        id: a.id.clone(),
-        api: a
-            .advertise
-            .clone()
-            .unwrap_or_else(|| format!("{scheme}://{}", a.listen)),
-        ttl: Duration::from_secs(a.ttl.max(1)),
-        catalog,
-        metric: a.metric,
-        keep_events: a.keep_events.max(1),
-    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -532,6 +518,22 @@ fn serve(a: &ServeArgs, ca_file: Option<&std::path::Path>) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(a.listen)
             .await
             .with_context(|| format!("binding the fleet API on {}", a.listen))?;
+        // Port 0 asks for any free port: advertise the one bound.
+        let bound = listener.local_addr().unwrap_or(a.listen);
+        let etcd = a.etcd.config();
+        let cfg = SchedulerConfig {
+            etcd,
+            prefix: a.prefix.clone(),
+            id: a.id.clone(),
+            api: a
+                .advertise
+                .clone()
+                .unwrap_or_else(|| format!("{scheme}://{bound}")),
+            ttl: Duration::from_secs(a.ttl.max(1)),
+            catalog,
+            metric: a.metric,
+            keep_events: a.keep_events.max(1),
+        };
         let (stop_tx, stop_rx) = watch::channel(false);
         info!(endpoints = ?a.etcd.etcd, "connecting to etcd");
         let sched = Scheduler::start(
@@ -548,7 +550,7 @@ fn serve(a: &ServeArgs, ca_file: Option<&std::path::Path>) -> Result<()> {
             forward,
         };
         let app = crate::cluster_api::router(st);
-        info!(id = %a.id, "fleet API listening on {scheme}://{}", a.listen);
+        info!(id = %a.id, "fleet API listening on {scheme}://{bound}");
         let mut rx = stop_rx.clone();
         let server = match tls {
             None => tokio::spawn(async move {

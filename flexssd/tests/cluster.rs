@@ -984,6 +984,39 @@ fn scheduler_kill9_fails_over() {
     }
 }
 
+/// A follower scheduler and an idle host keep their etcd connections. etcd
+/// closes a connection that pings more often than its
+/// `--grpc-keepalive-min-time` (5 s) while no stream carries anything; with
+/// 2 s pings the follower lost its watch and its election every 8 s.
+#[test]
+fn idle_connections_to_etcd_stay_up() {
+    require!(tools().is_ok(), tools().unwrap_err());
+    let f = Fleet::start(1, 1, 2);
+    // Three of etcd's strikes took 8 s; wait past two such rounds.
+    std::thread::sleep(Duration::from_secs(18));
+    let st = f.scheds[1].status();
+    assert_eq!(st["active"], false, "{st}");
+    assert_eq!(st["hosts_alive"], 1, "{st}");
+    for s in &f.scheds {
+        let log = s.log();
+        for bad in ["watch ended", "election: retrying", "error"] {
+            assert!(
+                !log.contains(bad),
+                "scheduler {} lost its etcd connection ({bad:?}):\n{log}",
+                s.id
+            );
+        }
+    }
+    for h in &f.hosts {
+        let log = h.d.log();
+        assert!(
+            !log.contains("WARN") && !log.contains("ERROR"),
+            "host {} warned about etcd:\n{log}",
+            h.id
+        );
+    }
+}
+
 /// etcd stopped (SIGTERM) for 3 s and restarted on the same data: the hosts
 /// re-register, every vSSD is still there, ready, with its data, and new
 /// creates work.

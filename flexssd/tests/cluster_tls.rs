@@ -34,6 +34,16 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
+/// The last `n` bytes of a log, for a failure message.
+fn tail(p: &Path, n: usize) -> String {
+    let s = std::fs::read_to_string(p).unwrap_or_default();
+    let cut = s.len().saturating_sub(n);
+    let cut = (cut..=s.len())
+        .find(|&i| s.is_char_boundary(i))
+        .unwrap_or(s.len());
+    s[cut..].to_string()
+}
+
 fn fleet(dir: &Path, url: &str, token: &str, ca: bool, args: &[&str]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_flexssd"));
     if ca {
@@ -194,6 +204,7 @@ lease_ttl_s = 2
     };
     // Wait for a leader that sees the host, through either scheduler.
     let t0 = Instant::now();
+    let mut last = vec![String::new(); urls.len()];
     let (active, follower) = loop {
         let mut found = None;
         for (i, u) in urls.iter().enumerate() {
@@ -208,14 +219,22 @@ lease_ttl_s = 2
             if v["active"] == true && v["hosts_alive"] == 1 {
                 found = Some((i, 1 - i));
             }
+            last[i] = format!(
+                "{u}: {} {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         if let Some(f) = found {
             break f;
         }
         assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "no active scheduler seeing h1:\n{}",
-            logs()
+            t0.elapsed() < Duration::from_secs(60),
+            "no active scheduler seeing h1 within 60 s; the last answers:\n{}\nthe schedulers' logs:\n{}\netcd's log ends:\n{}",
+            last.join("\n"),
+            logs(),
+            tail(&d.join("etcd.err"), 4000)
         );
         std::thread::sleep(Duration::from_millis(200));
     };

@@ -51,6 +51,10 @@ fn read(path: &Path) -> Result<Vec<u8>, ClusterError> {
     })
 }
 
+/// How often an idle connection to etcd is pinged: at least etcd's default
+/// `--grpc-keepalive-min-time` (5 s), with room to spare.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
 /// Connects once.
 pub async fn connect(cfg: &EtcdConfig) -> Result<Client, ClusterError> {
     if cfg.endpoints.is_empty() {
@@ -59,7 +63,13 @@ pub async fn connect(cfg: &EtcdConfig) -> Result<Client, ClusterError> {
     let mut opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(2))
         .with_timeout(Duration::from_secs(5))
-        .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
+        // etcd's gRPC server refuses pings closer than its
+        // `--grpc-keepalive-min-time` (5 s by default): three such pings on a
+        // connection with no stream traffic and it closes the connection
+        // ("too many pings"). A follower scheduler or an idle host, whose
+        // streams carry nothing for seconds, then lost its watch and its
+        // election every 8 s. Ping every 10 s; leases detect a dead peer.
+        .with_keep_alive(KEEPALIVE_INTERVAL, Duration::from_secs(5))
         .with_keep_alive_while_idle(true);
     if let Some(ca) = &cfg.ca_file {
         let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(read(ca)?));
