@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use crate::config::{valid_name, SchedulerSettings};
 use crate::exports::{ExportKind, Exports, Publish};
-use crate::harvester::{Harvester, ReclaimHook};
+use crate::harvester::{Harvester, Harvesting};
 use crate::store::{DeviceRecord, VssdRecord, VssdState};
 use crate::{format_size, BlockRange, Config, ControlError, ControlStore, Mode, Result, VssdSpec};
 
@@ -118,9 +118,10 @@ pub struct HostManager {
     /// What NBD clients can open; its own lock, so a handshake waits for
     /// nothing else.
     exports: Exports,
-    /// BlockFlex harvesting; reached through [`ReclaimHook`] from the vSSD
-    /// lifecycle, and it reaches the host through `HarvestHost`.
-    harvester: Arc<Harvester>,
+    /// BlockFlex harvesting, reached only through its trait ([`Harvesting`],
+    /// whose [`ReclaimHook`](crate::harvester::ReclaimHook) the vSSD lifecycle
+    /// calls); it reaches the host through `HarvestHost`.
+    harvester: Arc<dyn Harvesting>,
 }
 
 impl std::fmt::Debug for HostManager {

@@ -241,6 +241,29 @@ impl Demand {
         Ok(())
     }
 
+    /// What a replacement must offer when a tenant's gSSD is reclaimed early
+    /// at `now` (§4.5): what the tenant uses on it, `capacity` blocks on
+    /// `bandwidth` channels, for the rest of its time (until `until`; at
+    /// least a nanosecond), rounded up to `cfg`. Not the reclaimed gSSD's own
+    /// size: best fit may have given the tenant more than it asked for, and
+    /// asking a replacement for that surplus evicts tenants a smaller gSSD
+    /// could hold. The daemon's harvester and the fleet simulator both ask
+    /// their pools for this.
+    pub fn remaining(
+        cfg: &HarvestConfig,
+        capacity: u64,
+        bandwidth: u32,
+        until: Nanos,
+        now: Nanos,
+    ) -> Demand {
+        Demand {
+            capacity,
+            bandwidth: bandwidth.max(1),
+            duration: until.saturating_sub(now).max(1),
+        }
+        .quantized(cfg)
+    }
+
     /// The demand rounded *up* to the granularity of `cfg` (demands are
     /// over-provisioned, never under-served).
     pub fn quantized(&self, cfg: &HarvestConfig) -> Demand {
@@ -260,6 +283,21 @@ mod tests {
     use clock::SEC;
 
     const MIN30: Nanos = 1800 * SEC;
+
+    #[test]
+    fn a_replacement_needs_what_the_tenant_uses_for_the_rest_of_its_time() {
+        let cfg = HarvestConfig::default();
+        let c = cfg.chunk_blocks;
+        let g = cfg.duration_granule();
+        let d = Demand::remaining(&cfg, c + 1, 0, 3 * g + 5, g);
+        assert_eq!(d.capacity, 2 * c, "capacity rounds up to chunks");
+        assert_eq!(d.bandwidth, 1, "at least one channel");
+        assert_eq!(d.duration, 3 * g, "the rest of its time, in granules");
+        // Past its end: still a valid demand, for the shortest time.
+        let late = Demand::remaining(&cfg, c, 2, g, 2 * g);
+        assert_eq!(late.duration, g);
+        assert!(late.validate().is_ok());
+    }
 
     #[test]
     fn granularity_is_enforced() {

@@ -31,16 +31,20 @@
 //! [`plan_unsold`] (a group of unsold channels), [`expiry_updates`] (the
 //! refresh) and [`Cooling`] (who may not lend yet): the daemon's harvester
 //! and the simulator call the same code between their policies and their gSSD
-//! pools (`harvest::GssdPool`).
+//! pools (`harvest::GssdPool`). The order of a period's acts (finish
+//! migrations, evictions, early reclamation, the refresh, lending) is
+//! written once as well, in [`run_period`] over each side's [`PeriodSteps`].
 
 use clock::Nanos;
 
 mod fixed;
+mod period;
 mod plan;
 mod predicted;
 mod unsold;
 
 pub use fixed::{Fixed, FixedLifetime};
+pub use period::{run_period, PeriodSteps};
 pub use plan::{expiry_updates, plan_lend, plan_unsold, Cooling, LendPlan, Lender};
 pub use predicted::Predicted;
 pub use unsold::UnsoldHistogramPolicy;

@@ -14,14 +14,18 @@ use crate::Result;
 use lend::Lender;
 
 impl Harvester {
-    /// Refreshes the expiries of pooled gSSDs (every `refresh_s`): unassigned
-    /// ones that expired go home, assigned ones that expired are reclaimed early.
+    /// Whether the refresh timer fires now (every `refresh_s`); asking
+    /// consumes the firing.
+    pub(super) fn refresh_due(&self) -> bool {
+        let now = self.clock.now();
+        self.lock().timer.as_mut().is_some_and(|t| t.fire(now))
+    }
+
+    /// Refreshes the expiries of pooled gSSDs (when [`Self::refresh_due`]):
+    /// unassigned ones that expired go home, assigned ones that expired are
+    /// reclaimed early.
     pub(super) fn refresh(&self, host: &dyn HarvestHost) -> Result<()> {
         let now = self.clock.now();
-        let fire = self.lock().timer.as_mut().is_some_and(|t| t.fire(now));
-        if !fire {
-            return Ok(());
-        }
         let homes = host.homes();
         let needy: Vec<&str> = homes
             .iter()

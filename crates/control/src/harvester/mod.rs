@@ -7,8 +7,9 @@
 //! file per policy under [`policy`]). The [`Harvester`] carries them out on real
 //! flash, which it reaches only through the narrow [`HarvestHost`] trait: lend
 //! blocks, take them back, create and erase a gSSD's vSSD, and publish an export.
-//! The host reaches the harvester only through [`ReclaimHook`] (when a vSSD is
-//! created or deleted) and through the harvester's own API methods.
+//! The host reaches the harvester only through [`Harvesting`]: its
+//! [`ReclaimHook`] (when a vSSD is created or deleted), the period's two
+//! halves, harvest volumes and the state the API reads.
 //!
 //! * **gSSDs are vSSDs.** A gSSD is an ordinary vSSD record of kind
 //!   [`TenantKind::Ghost`](crate::TenantKind::Ghost) with its own FTL, placed either
@@ -182,6 +183,106 @@ pub trait ReclaimHook: Send + Sync {
     fn volumes_of(&self, tenant: &str) -> Vec<String>;
     /// Whether `name` is a harvest volume.
     fn is_volume(&self, name: &str) -> bool;
+}
+
+/// Everything the host asks of harvesting, and the only way it reaches the
+/// harvester: the vSSD lifecycle's [`ReclaimHook`], the period in its two
+/// halves, harvest volumes, and the state the API reads. [`Harvester`] is the
+/// implementation; the host holds a `dyn Harvesting`, so what it may ask is
+/// this list and nothing else.
+pub trait Harvesting: ReclaimHook {
+    /// Its settings.
+    fn settings(&self) -> &HarvestSettings;
+    /// Rebuilds the harvest state from the store at start-up.
+    ///
+    /// # Errors
+    /// When the store or the flash cannot be read back.
+    fn open(&self, host: &dyn HarvestHost) -> Result<()>;
+    /// The first half of a period: the policy learns (no host lock held).
+    ///
+    /// # Errors
+    /// A home's predictor failed.
+    fn observe(&self, host: &dyn HarvestHost) -> Result<()>;
+    /// The second half: the acts of [`lend::run_period`] (the host holds its
+    /// lifecycle lock). Returns the number of events raised.
+    ///
+    /// # Errors
+    /// The first act that failed.
+    fn tick(&self, host: &dyn HarvestHost) -> Result<usize>;
+    /// A harvest tenant asks for flash (the host holds its lifecycle lock).
+    ///
+    /// # Errors
+    /// The harvester is off, the request is invalid, or no gSSDs cover it.
+    fn create_volume(
+        &self,
+        host: &dyn HarvestHost,
+        req: &HarvestRequest,
+        tenant: &TenantSource,
+    ) -> Result<HarvestVolumeInfo>;
+    /// A harvest volume is released: its gSSDs go back, erased.
+    ///
+    /// # Errors
+    /// No such volume, or the erase failed.
+    fn release_volume(&self, host: &dyn HarvestHost, name: &str) -> Result<()>;
+    /// Every harvest volume.
+    fn volumes(&self) -> Vec<HarvestVolumeInfo>;
+    /// One harvest volume.
+    ///
+    /// # Errors
+    /// No such volume.
+    fn volume(&self, name: &str) -> Result<HarvestVolumeInfo>;
+    /// Every gSSD, by id.
+    fn gssds(&self) -> Vec<GssdInfo>;
+    /// Events after sequence number `since`, oldest first.
+    fn events(&self, since: u64) -> Vec<HarvestEvent>;
+    /// The pool at a glance.
+    fn status(&self) -> HarvestStatus;
+    /// Request counters of every harvest volume's export.
+    fn volume_io(&self) -> Vec<(String, blockdev::StatsSnapshot)>;
+}
+
+impl Harvesting for Harvester {
+    fn settings(&self) -> &HarvestSettings {
+        Harvester::settings(self)
+    }
+    fn open(&self, host: &dyn HarvestHost) -> Result<()> {
+        Harvester::open(self, host)
+    }
+    fn observe(&self, host: &dyn HarvestHost) -> Result<()> {
+        Harvester::observe(self, host)
+    }
+    fn tick(&self, host: &dyn HarvestHost) -> Result<usize> {
+        Harvester::tick(self, host)
+    }
+    fn create_volume(
+        &self,
+        host: &dyn HarvestHost,
+        req: &HarvestRequest,
+        tenant: &TenantSource,
+    ) -> Result<HarvestVolumeInfo> {
+        Harvester::create_volume(self, host, req, tenant)
+    }
+    fn release_volume(&self, host: &dyn HarvestHost, name: &str) -> Result<()> {
+        Harvester::release_volume(self, host, name)
+    }
+    fn volumes(&self) -> Vec<HarvestVolumeInfo> {
+        Harvester::volumes(self)
+    }
+    fn volume(&self, name: &str) -> Result<HarvestVolumeInfo> {
+        Harvester::volume(self, name)
+    }
+    fn gssds(&self) -> Vec<GssdInfo> {
+        Harvester::gssds(self)
+    }
+    fn events(&self, since: u64) -> Vec<HarvestEvent> {
+        Harvester::events(self, since)
+    }
+    fn status(&self) -> HarvestStatus {
+        Harvester::status(self)
+    }
+    fn volume_io(&self) -> Vec<(String, blockdev::StatsSnapshot)> {
+        Harvester::volume_io(self)
+    }
 }
 
 pub(crate) struct GhostRt {
@@ -478,19 +579,50 @@ impl Harvester {
 
     /// The second half of a period: finish migrations, carry out due
     /// evictions, take flash back where homes need it, refresh expiries, and
-    /// lend what is idle. The host holds its lifecycle lock. Returns the number
+    /// lend what is idle, in the order [`lend::run_period`] gives the fleet
+    /// simulator too. The host holds its lifecycle lock. Returns the number
     /// of events raised.
     pub fn tick(&self, host: &dyn HarvestHost) -> Result<usize> {
         if !self.settings.enabled {
             return Ok(0);
         }
         let before = self.lock().next_seq;
-        self.finish_migrations(host)?;
-        self.due_evictions(host)?;
-        self.reclaim_where_needed(host)?;
-        self.refresh(host)?;
-        self.lend_idle(host)?;
+        lend::run_period(&mut HostPeriod { h: self, host })?;
         Ok((self.lock().next_seq - before) as usize)
+    }
+}
+
+/// A period's acts on this host's flash.
+struct HostPeriod<'a> {
+    h: &'a Harvester,
+    host: &'a dyn HarvestHost,
+}
+
+impl lend::PeriodSteps for HostPeriod<'_> {
+    type Error = crate::ControlError;
+
+    fn finish_migrations(&mut self) -> Result<()> {
+        self.h.finish_migrations(self.host)
+    }
+
+    fn due_evictions(&mut self) -> Result<()> {
+        self.h.due_evictions(self.host)
+    }
+
+    fn reclaim_where_needed(&mut self) -> Result<()> {
+        self.h.reclaim_where_needed(self.host)
+    }
+
+    fn refresh_due(&mut self) -> bool {
+        self.h.refresh_due()
+    }
+
+    fn refresh(&mut self) -> Result<()> {
+        self.h.refresh(self.host)
+    }
+
+    fn lend_idle(&mut self) -> Result<()> {
+        self.h.lend_idle(self.host)
     }
 }
 

@@ -260,7 +260,10 @@ impl Harvester {
         why: &str,
     ) -> Result<()> {
         let now = self.clock.now();
-        let (action, volume) = {
+        let devices = host.devices();
+        // A gSSD taken for bandwidth only backs no range: its replacement
+        // stays the volume's, and nothing is copied.
+        let (action, volume, backs_range) = {
             let mut st = self.lock();
             let Some(rt) = st.gssds.get(&id) else {
                 return Ok(());
@@ -272,24 +275,52 @@ impl Harvester {
             let Some(g) = st.pool(&device).get(id).cloned() else {
                 return Ok(());
             };
-            let volume = st
-                .volumes
-                .values()
-                .find(|v| Some(v.rec.id) == g.tenant)
-                .map(|v| (v.rec.name.clone(), v.rec.until));
-            let need = Demand {
-                capacity: g.capacity,
-                bandwidth: g.bandwidth,
-                duration: volume
-                    .as_ref()
-                    .map_or(1, |(_, until)| until.saturating_sub(now).max(1)),
-            };
+            let vol = st.volumes.values().find(|v| Some(v.rec.id) == g.tenant);
+            let volume = vol.map(|v| (v.rec.name.clone(), v.rec.until));
+            // What the tenant uses here: its range's blocks (as the volume was
+            // sized, on this gSSD's channels) and at most the bandwidth it
+            // asked for. A bandwidth-only gSSD backs no range: the bandwidth.
+            let used = vol.map(|v| {
+                let len = v
+                    .rec
+                    .segments
+                    .iter()
+                    .find(|s| s.gssd == id)
+                    .map_or(0, |s| s.len);
+                let blocks = devices
+                    .iter()
+                    .find(|d| d.name == device)
+                    .map_or(g.capacity, |d| {
+                        super::blocks_for(&d.geometry, len, g.bandwidth)
+                    });
+                (
+                    len,
+                    blocks.min(g.capacity),
+                    v.rec.bandwidth.min(g.bandwidth),
+                )
+            });
             let pool = st.pool(&device);
-            let need = need.quantized(pool.config());
-            (pool.early_reclaim(id, &need, now)?.action, volume)
+            let need = match (used, &volume) {
+                (Some((_, blocks, bw)), Some((_, until))) => {
+                    Demand::remaining(pool.config(), blocks, bw, *until, now)
+                }
+                _ => Demand::remaining(pool.config(), g.capacity, g.bandwidth, now, now),
+            };
+            let mut action = pool.early_reclaim(id, &need, now)?.action;
+            // A replacement on more channels keeps more blocks for GC: if its
+            // vSSD cannot hold the range after all, it is not a replacement.
+            if let (ReclaimAction::Migrate { to }, Some((len, ..)), Some(t)) =
+                (action, used, g.tenant)
+            {
+                if st.gssds.get(&to).is_none_or(|r| r.capacity_bytes < len) {
+                    st.pool(&device).unassign(to, t)?;
+                    action = ReclaimAction::Evict;
+                }
+            }
+            (action, volume, used.is_some_and(|(len, ..)| len > 0))
         };
         match (action, volume) {
-            (ReclaimAction::Migrate { to }, Some((vname, _))) => {
+            (ReclaimAction::Migrate { to }, Some((vname, _))) if backs_range => {
                 self.start_migration(host, &vname, id, to, why)?;
             }
             (ReclaimAction::Evict, Some((vname, _))) => {

@@ -515,6 +515,64 @@ fn a_regular_vssd_gets_unsold_channels_back() {
     check_all(&*dev, 11);
 }
 
+/// Early reclamation asks for a replacement of what the tenant uses, not of
+/// the gSSD best fit gave it: a 1 MiB volume on a 4-channel gSSD moves to a
+/// free 2-channel one when a regular tenant buys the four channels (asking for
+/// the whole 4-channel gSSD found nothing and evicted it).
+#[test]
+fn a_replacement_only_has_to_hold_what_the_tenant_uses() {
+    let h = mem("");
+    harvester(&h.m, "hv", &[0, 1]);
+    h.m.harvest_tick().unwrap();
+    let g = h.m.gssds();
+    let four = g.iter().find(|g| g.bandwidth == 4).unwrap().clone();
+    let two = g.iter().find(|g| g.bandwidth == 2).unwrap().clone();
+    // The 2-channel gSSD is busy when the small volume arrives, so best fit
+    // puts it on the 4-channel one.
+    let w =
+        h.m.harvest_volume_create(&req("w", "hv", (two.capacity_bytes >> 20).max(1), 2, 300))
+            .unwrap();
+    assert_eq!(w.segments[0].gssd, two.id);
+    let v =
+        h.m.harvest_volume_create(&req("v", "hv", 1, 1, 300))
+            .unwrap();
+    assert_eq!(v.segments[0].gssd, four.id);
+    let dev = export(&h.m, "v");
+    write_all(&*dev, 21);
+    h.m.harvest_volume_release("w").unwrap();
+    h.m.harvest_tick().unwrap();
+    let free =
+        h.m.gssds()
+            .into_iter()
+            .find(|g| g.bandwidth == 2 && g.volume.is_none())
+            .expect("a free 2-channel gSSD again");
+    assert!(free.capacity_bytes < four.capacity_bytes);
+    // A regular tenant buys channels 2-5.
+    let _ = h.m.create_vssd(&VssdSpec {
+        name: "buyer".into(),
+        channel_ids: Some(vec![2, 3, 4, 5]),
+        ..Default::default()
+    });
+    let k = kinds(&h.m);
+    assert!(k.contains(&HarvestEventKind::MigrationStarted), "{k:?}");
+    assert!(!k.contains(&HarvestEventKind::Evicted), "{k:?}");
+    settle(&h);
+    let v = h.m.harvest_volume("v").unwrap();
+    assert_eq!(v.state, "active");
+    assert_eq!(v.segments[0].gssd, free.id);
+    check_all(&*dev, 21);
+    // With the four channels free, the purchase goes through.
+    if h.m.vssd("buyer").is_none() {
+        h.m.create_vssd(&VssdSpec {
+            name: "buyer".into(),
+            channel_ids: Some(vec![2, 3, 4, 5]),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    check_all(&*dev, 21);
+}
+
 #[test]
 fn bad_requests_are_refused_and_take_nothing() {
     let h = mem("");

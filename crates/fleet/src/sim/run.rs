@@ -197,13 +197,13 @@ impl<'a> Run<'a> {
             }
         } else {
             let tn = &self.f.tenants[t as usize];
-            let end = tn.arrival + tn.demand.duration;
-            let q = tn.demand.quantized(&self.cfg);
-            let need = Demand {
-                duration: end.saturating_sub(now).max(1),
-                ..q
-            }
-            .quantized(&self.cfg);
+            let need = Demand::remaining(
+                &self.cfg,
+                tn.demand.capacity,
+                tn.demand.bandwidth,
+                tn.arrival + tn.demand.duration,
+                now,
+            );
             let r = self.pool.early_reclaim(slot as u64, &need, now)?;
             self.c.reclamations += 1;
             match r.action {
@@ -530,14 +530,16 @@ impl<'a> Run<'a> {
                 progress();
                 continue;
             }
-            // 2. early reclamation on real usage
-            self.reclaim_needed(pols, step)?;
-            // 3. refresh timer
-            if timer.fire(now) {
-                self.refresh(pols)?;
-            }
-            // 4. lending
-            self.lend_idle(pols, step, &mut free)?;
+            // 2-4. the daemon's period: early reclamation on real usage, the
+            // refresh when its timer fires, lending.
+            lend::run_period(&mut SimPeriod {
+                run: &mut self,
+                pols,
+                step,
+                now,
+                timer: &mut timer,
+                free: &mut free,
+            })?;
             // 5. events inside the step, in time order (ends before arrivals at a tie)
             let until = now + STEP;
             loop {
@@ -637,5 +639,46 @@ impl<'a> Run<'a> {
             vm_averages: vm.averages(),
             ssd_averages: ssd.averages(),
         })
+    }
+}
+
+/// One period's acts on the modelled fleet, in the daemon's order.
+struct SimPeriod<'r, 'a, 'p> {
+    run: &'r mut Run<'a>,
+    pols: &'p mut Policies,
+    step: usize,
+    now: Nanos,
+    timer: &'r mut RefreshTimer,
+    free: &'r mut Vec<(u32, u32)>,
+}
+
+impl lend::PeriodSteps for SimPeriod<'_, '_, '_> {
+    type Error = FleetError;
+
+    /// Nothing: a modelled migration completes the moment it starts
+    /// ([`Run::reclaim`]).
+    fn finish_migrations(&mut self) -> Result<(), FleetError> {
+        Ok(())
+    }
+
+    /// Nothing: a modelled tenant with no replacement is evicted at once.
+    fn due_evictions(&mut self) -> Result<(), FleetError> {
+        Ok(())
+    }
+
+    fn reclaim_where_needed(&mut self) -> Result<(), FleetError> {
+        self.run.reclaim_needed(self.pols, self.step)
+    }
+
+    fn refresh_due(&mut self) -> bool {
+        self.timer.fire(self.now)
+    }
+
+    fn refresh(&mut self) -> Result<(), FleetError> {
+        self.run.refresh(self.pols)
+    }
+
+    fn lend_idle(&mut self) -> Result<(), FleetError> {
+        self.run.lend_idle(self.pols, self.step, self.free)
     }
 }
