@@ -201,6 +201,27 @@ pub fn harvest(a: &HarvestArgs, api: &str) -> Result<()> {
                     &rows,
                 );
             }
+            if !s.demand.is_empty() {
+                let l = s.settings.predictor.levels;
+                println!(
+                    "harvest tenants' demand (auto_request at {:.0}% of their own vSSD):",
+                    s.settings.auto_request_at * 100.0
+                );
+                let rows: Vec<Vec<String>> = s
+                    .demand
+                    .iter()
+                    .map(|(n, p)| {
+                        vec![
+                            n.clone(),
+                            if p.warm { "yes" } else { "no (asks nothing)" }.into(),
+                            format!("{}/{l}", p.bandwidth_level),
+                            format!("{}/{l}", p.capacity_level),
+                            p.duration_s.to_string(),
+                        ]
+                    })
+                    .collect();
+                table(&["TENANT", "WARM", "BANDWIDTH", "CAPACITY", "FOR_S"], &rows);
+            }
             println!(
                 "events: {}",
                 if ev.is_empty() {

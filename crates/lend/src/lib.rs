@@ -34,15 +34,20 @@
 //! pools (`harvest::GssdPool`). The order of a period's acts (finish
 //! migrations, evictions, early reclamation, the refresh, lending) is
 //! written once as well, in [`run_period`] over each side's [`PeriodSteps`].
+//! Harvest tenants' own demand predictors ([`DemandPredictors`]) and what
+//! they ask for ([`plan_demand`]) live here too.
 
 use clock::Nanos;
 
+mod demand;
 mod fixed;
+mod learners;
 mod period;
 mod plan;
 mod predicted;
 mod unsold;
 
+pub use demand::{plan_demand, DemandAct, DemandPredictors, DemandRule, TenantNow};
 pub use fixed::{Fixed, FixedLifetime};
 pub use period::{run_period, PeriodSteps};
 pub use plan::{expiry_updates, plan_lend, plan_unsold, Cooling, LendPlan, Lender};

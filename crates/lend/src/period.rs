@@ -6,7 +6,7 @@
 //! finished frees its source before early reclamation looks at that home; a
 //! home that needs its flash back gets it before the refresh extends anything
 //! it lent; expired gSSDs leave the pool before idle flash is lent again, so a
-//! home never lends twice. The daemon's harvester carries the acts out on real
+//! home never lends twice; harvest tenants ask last, and find all of it. The daemon's harvester carries the acts out on real
 //! flash and the fleet simulator on modelled pools, but both run them through
 //! [`run_period`], so the order is written once. Each side implements
 //! [`PeriodSteps`]; a step a side has nothing to do for (the simulator's
@@ -56,10 +56,20 @@ pub trait PeriodSteps {
     /// # Errors
     /// When a gSSD cannot be made.
     fn lend_idle(&mut self) -> Result<(), Self::Error>;
+
+    /// Harvest tenants whose demand predictors say so ask for flash, or give
+    /// back what they asked for ([`crate::plan_demand`]); last, so that they
+    /// find what this period lent.
+    ///
+    /// # Errors
+    /// When a volume cannot be made or released for a reason other than an
+    /// empty pool.
+    fn serve_demand(&mut self) -> Result<(), Self::Error>;
 }
 
 /// Runs one period's acts in order: finish migrations, due evictions, early
-/// reclamation, the refresh when its timer fires, lending.
+/// reclamation, the refresh when its timer fires, lending, harvest tenants'
+/// own demand.
 ///
 /// # Errors
 /// The first act's error; the acts after it do not run (the next period
@@ -71,7 +81,8 @@ pub fn run_period<S: PeriodSteps + ?Sized>(s: &mut S) -> Result<(), S::Error> {
     if s.refresh_due() {
         s.refresh()?;
     }
-    s.lend_idle()
+    s.lend_idle()?;
+    s.serve_demand()
 }
 
 #[cfg(test)]
@@ -116,6 +127,9 @@ mod tests {
         fn lend_idle(&mut self) -> Result<(), String> {
             self.act("lend")
         }
+        fn serve_demand(&mut self) -> Result<(), String> {
+            self.act("demand")
+        }
     }
 
     fn run(due: bool, fail: Option<&'static str>) -> (Vec<&'static str>, Result<(), String>) {
@@ -133,13 +147,23 @@ mod tests {
         assert_eq!(
             run(true, None),
             (
-                vec!["migrations", "evictions", "reclaim", "refresh", "lend"],
+                vec![
+                    "migrations",
+                    "evictions",
+                    "reclaim",
+                    "refresh",
+                    "lend",
+                    "demand"
+                ],
                 Ok(())
             )
         );
         assert_eq!(
             run(false, None),
-            (vec!["migrations", "evictions", "reclaim", "lend"], Ok(()))
+            (
+                vec!["migrations", "evictions", "reclaim", "lend", "demand"],
+                Ok(())
+            )
         );
     }
 

@@ -8,76 +8,34 @@
 //! (`predict::predict_batch`), right after the predictors learned: `offer`,
 //! `expiry` and `predictions` read that result.
 
-use std::collections::BTreeMap;
-
 use clock::Nanos;
-use predict::{Prediction, Predictor, PredictorConfig, Role, VssdPredictor, WindowStats};
+use predict::{Prediction, PredictorConfig, Role};
 
+use crate::learners::Learners;
 use crate::{HomeSample, LendPolicy, Lendable, Offer, PolicyError};
-
-/// One home's predictors and the samples of its current window.
-#[derive(Debug)]
-struct Home {
-    p: VssdPredictor,
-    /// (bandwidth, IOPS, utilisation) fractions sampled in this window.
-    samples: Vec<(f32, f32, f32)>,
-    window_start: Nanos,
-    /// Channels the home owns.
-    channels: u32,
-}
 
 /// Lends what each home's learned predictors say is spare.
 #[derive(Debug)]
 pub struct Predicted {
-    cfg: PredictorConfig,
-    window: Nanos,
-    homes: BTreeMap<u64, Home>,
-    latest: BTreeMap<u64, Prediction>,
+    homes: Learners,
 }
 
 impl Predicted {
     /// Predictors with `cfg`, fed one window of samples every `window`.
     pub fn new(cfg: PredictorConfig, window: Nanos) -> Self {
         Self {
-            cfg,
-            window,
-            homes: BTreeMap::new(),
-            latest: BTreeMap::new(),
+            homes: Learners::new(cfg, window, Role::Harvestable),
         }
     }
 
     /// (channels, share of capacity, duration) a home's prediction leaves spare.
     fn spare(&self, home: u64) -> Option<(u32, f64, Nanos)> {
-        let p = self.latest.get(&home)?;
-        let nch = f64::from(self.homes.get(&home)?.channels);
-        let levels = f64::from(self.cfg.levels.max(1));
-        let channels = (f64::from(p.spare_bandwidth) / levels * nch).floor() as u32;
+        let (p, nch) = self.homes.latest(home)?;
+        let levels = f64::from(self.homes.cfg().levels.max(1));
+        let channels = (f64::from(p.spare_bandwidth) / levels * f64::from(nch)).floor() as u32;
         let share = f64::from(p.spare_capacity) / levels;
         (p.warm && channels > 0 && share > 0.0 && p.duration > 0)
             .then_some((channels, share, p.duration))
-    }
-}
-
-fn window_stats(samples: &[(f32, f32, f32)]) -> WindowStats {
-    let n = samples.len() as f32;
-    let col = |f: fn(&(f32, f32, f32)) -> f32| {
-        let max = samples.iter().map(f).fold(0.0, f32::max);
-        let min = samples.iter().map(f).fold(1.0, f32::min);
-        (max, min, samples.iter().map(f).sum::<f32>() / n)
-    };
-    let (bw_max, bw_min, bw_avg) = col(|s| s.0);
-    let (iops_max, iops_min, iops_avg) = col(|s| s.1);
-    let (util_max, util_min, util_avg) = col(|s| s.2);
-    WindowStats {
-        bw_max,
-        bw_min,
-        bw_avg,
-        iops_max,
-        iops_min,
-        iops_avg,
-        util_max,
-        util_min,
-        util_avg,
     }
 }
 
@@ -87,44 +45,7 @@ impl LendPolicy for Predicted {
     }
 
     fn observe(&mut self, now: Nanos, homes: &[HomeSample]) -> Result<(), PolicyError> {
-        self.homes.retain(|k, _| homes.iter().any(|h| h.home == *k));
-        for s in homes {
-            let h = match self.homes.entry(s.home) {
-                std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
-                std::collections::btree_map::Entry::Vacant(v) => v.insert(Home {
-                    p: VssdPredictor::new(&self.cfg, Role::Harvestable, s.home).map_err(
-                        |source| PolicyError::Predictor {
-                            home: s.home,
-                            source,
-                        },
-                    )?,
-                    samples: Vec::new(),
-                    window_start: now,
-                    channels: s.channels,
-                }),
-            };
-            h.channels = s.channels;
-            let frac = |x: f32| x.clamp(0.0, 1.0);
-            h.samples.push((frac(s.bw), frac(s.iops), frac(s.util)));
-            if now.saturating_sub(h.window_start) >= self.window {
-                let w = window_stats(&h.samples);
-                h.p.observe(now, &w)
-                    .map_err(|source| PolicyError::Predictor {
-                        home: s.home,
-                        source,
-                    })?;
-                h.samples.clear();
-                h.window_start = now;
-            }
-        }
-        let keys: Vec<u64> = self.homes.keys().copied().collect();
-        let ps: Vec<&VssdPredictor> = self.homes.values().map(|h| &h.p).collect();
-        let out = predict::predict_batch(&ps, now).map_err(|source| PolicyError::Predictor {
-            home: keys.first().copied().unwrap_or(0),
-            source,
-        })?;
-        self.latest = keys.into_iter().zip(out).collect();
-        Ok(())
+        self.homes.observe(now, homes)
     }
 
     fn offer(&mut self, _now: Nanos, home: &Lendable<'_>) -> Option<Offer> {
@@ -148,7 +69,7 @@ impl LendPolicy for Predicted {
     }
 
     fn expiry(&mut self, now: Nanos, home: u64) -> Option<Nanos> {
-        self.latest.get(&home).filter(|p| p.warm)?;
+        self.homes.latest(home).filter(|(p, _)| p.warm)?;
         Some(
             self.spare(home)
                 .map_or(now, |(_, _, lasts)| now.saturating_add(lasts)),
@@ -156,7 +77,7 @@ impl LendPolicy for Predicted {
     }
 
     fn predictions(&self) -> Vec<(u64, Prediction)> {
-        self.latest.iter().map(|(&k, &p)| (k, p)).collect()
+        self.homes.predictions()
     }
 }
 

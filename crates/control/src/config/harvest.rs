@@ -81,6 +81,23 @@ pub struct HarvestSettings {
     /// 400 µs, let a regular tenant lose 48% of its throughput in the Figure 18
     /// experiment; 1 µs, 6.7%).
     pub priority_slack_us: u64,
+    /// Harvest tenants ask for flash on their own: each harvest tenant's vSSD
+    /// gets the predictors on the demand side (`[harvest.predictor]`, fed
+    /// every `window_s`), and when they predict it at or above
+    /// `auto_request_at` of its capacity or bandwidth, the harvester creates
+    /// a harvest volume it owns (`<tenant>-auto-<seconds>`), of
+    /// `auto_request_share` of its capacity, for the predicted duration; the
+    /// volume is released once the demand passed and that time is over (and
+    /// no request reached it for a period). Default `false`: requests are
+    /// made by hand (`POST /v1/harvest/volumes`), which stays possible.
+    pub auto_request: bool,
+    /// The predicted share of its own vSSD (capacity or bandwidth) at which a
+    /// harvest tenant asks (0 < x <= 1). Default 0.9.
+    pub auto_request_at: f64,
+    /// What a harvest tenant asks for, as a share of its own capacity (and of
+    /// its channels when bandwidth runs short; at least one channel).
+    /// Default 0.5 (0 < x <= 4).
+    pub auto_request_share: f64,
 }
 
 impl Default for HarvestSettings {
@@ -105,6 +122,9 @@ impl Default for HarvestSettings {
             policy: LendPolicyKind::Predicted,
             window_s: 18,
             predictor: predict::PredictorConfig::default(),
+            auto_request: false,
+            auto_request_at: 0.9,
+            auto_request_share: 0.5,
         }
     }
 }
@@ -144,9 +164,21 @@ impl HarvestSettings {
                 self.lend_for_s, self.granule_s
             ));
         }
-        if self.enabled && self.policy == LendPolicyKind::Predicted {
+        if self.enabled && (self.policy == LendPolicyKind::Predicted || self.auto_request) {
             predict::VssdPredictor::new(&self.predictor, predict::Role::Harvestable, 0)
                 .map_err(|e| format!("harvest.predictor: {e}"))?;
+        }
+        if !(self.auto_request_at > 0.0 && self.auto_request_at <= 1.0) {
+            return Err(format!(
+                "harvest.auto_request_at = {} must be in (0, 1]",
+                self.auto_request_at
+            ));
+        }
+        if !(self.auto_request_share > 0.0 && self.auto_request_share <= 4.0) {
+            return Err(format!(
+                "harvest.auto_request_share = {} must be in (0, 4]",
+                self.auto_request_share
+            ));
         }
         if !self.migrate_chunk_bytes.is_multiple_of(4096) {
             return Err(format!(

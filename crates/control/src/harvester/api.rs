@@ -38,11 +38,14 @@ pub enum HarvestEventKind {
     EvictionDone,
     /// A harvest request that no gSSD could cover (under-harvesting).
     Exception,
+    /// A harvest tenant's demand predictor asked for a volume or gave one
+    /// back (`auto_request`).
+    Demand,
 }
 
 impl HarvestEventKind {
     /// Every kind, for metrics.
-    pub const ALL: [HarvestEventKind; 12] = [
+    pub const ALL: [HarvestEventKind; 13] = [
         Self::Created,
         Self::Harvested,
         Self::Released,
@@ -55,6 +58,7 @@ impl HarvestEventKind {
         Self::Evicted,
         Self::EvictionDone,
         Self::Exception,
+        Self::Demand,
     ];
 
     /// Its name in the API and the metrics (`migration-started`, ...).
@@ -72,6 +76,7 @@ impl HarvestEventKind {
             Self::Evicted => "evicted",
             Self::EvictionDone => "eviction-done",
             Self::Exception => "exception",
+            Self::Demand => "demand",
         }
     }
 }
@@ -203,6 +208,11 @@ pub struct HarvestStatus {
     /// What each regular vSSD's predictors say now (policy `predicted`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub predictions: BTreeMap<String, PredictionInfo>,
+    /// What each harvest tenant's demand predictors say now (`auto_request`;
+    /// levels of its own vSSD, over-provisioned; `duration_s`: how long the
+    /// demand lasts).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub demand: BTreeMap<String, PredictionInfo>,
 }
 
 /// A regular vSSD's current prediction, as the harvester uses it.

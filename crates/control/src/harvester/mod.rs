@@ -56,6 +56,7 @@ use crate::store::{GhostMeta, HarvestVolumeRecord, VssdRecord};
 use crate::{ControlStore, Mode, Result};
 
 mod api;
+mod demand;
 mod lending;
 pub mod policy;
 mod priority;
@@ -138,6 +139,9 @@ pub trait HarvestHost {
     fn devices(&self) -> Vec<DeviceView>;
     /// The active regular vSSDs that may lend (tier caches excepted).
     fn homes(&self) -> Vec<HomeView>;
+    /// The active harvest tenants' vSSDs (whose demand predictors may ask
+    /// for flash).
+    fn harvest_tenants(&self) -> Vec<HomeView>;
     /// The active vSSD of that name, if it is a harvest tenant's: `Ok(false)` if
     /// it is another tenant's.
     fn is_harvest_tenant(&self, name: &str) -> Result<bool>;
@@ -345,6 +349,8 @@ struct HarvestState {
     /// The policy's latest predictions, published after each observation so
     /// that `harvest status` never waits on training.
     predictions: BTreeMap<String, PredictionInfo>,
+    /// Harvest tenants' demand predictions (`auto_request`), published alike.
+    demand: BTreeMap<String, PredictionInfo>,
 }
 
 impl HarvestState {
@@ -369,6 +375,9 @@ pub struct Harvester {
     state: Mutex<HarvestState>,
     policy: Mutex<policy::PolicyRt>,
     unsold: Mutex<Box<dyn UnsoldPolicy>>,
+    /// Harvest tenants' demand predictors (`auto_request`); taken by the
+    /// period's two halves only.
+    demand: Mutex<demand::DemandRt>,
 }
 
 impl std::fmt::Debug for Harvester {
@@ -380,6 +389,29 @@ impl std::fmt::Debug for Harvester {
             .field("volumes", &st.volumes.len())
             .finish()
     }
+}
+
+/// Predictions by vSSD key, as the API shows them by vSSD name.
+fn prediction_infos(
+    predictions: Vec<(u64, predict::Prediction)>,
+    views: &[HomeView],
+) -> BTreeMap<String, PredictionInfo> {
+    predictions
+        .into_iter()
+        .filter_map(|(id, p)| {
+            let name = views.iter().find(|h| h.id == id)?.name.clone();
+            Some((
+                name,
+                PredictionInfo {
+                    warm: p.warm,
+                    bandwidth_level: p.bandwidth,
+                    capacity_level: p.capacity,
+                    spare_levels: (p.spare_bandwidth, p.spare_capacity),
+                    duration_s: p.duration / SEC,
+                },
+            ))
+        })
+        .collect()
 }
 
 fn channels_of(extents: &[Extent]) -> Vec<u32> {
@@ -424,6 +456,7 @@ impl Harvester {
     ) -> Self {
         let policy = policy::lend_policy(&settings);
         let unsold = policy::unsold_policy(&settings);
+        let demand = demand::DemandRt::new(&settings);
         Self {
             settings,
             clock,
@@ -432,6 +465,7 @@ impl Harvester {
             state: Mutex::new(HarvestState::default()),
             policy: Mutex::new(policy::PolicyRt::new(policy)),
             unsold: Mutex::new(unsold),
+            demand: Mutex::new(demand),
         }
     }
 
@@ -554,27 +588,10 @@ impl Harvester {
                 message: source.to_string(),
             }
         })?;
-        let predictions: BTreeMap<String, PredictionInfo> = rt
-            .policy
-            .predictions()
-            .into_iter()
-            .filter_map(|(id, p)| {
-                let name = homes.iter().find(|h| h.id == id)?.name.clone();
-                Some((
-                    name,
-                    PredictionInfo {
-                        warm: p.warm,
-                        bandwidth_level: p.bandwidth,
-                        capacity_level: p.capacity,
-                        spare_levels: (p.spare_bandwidth, p.spare_capacity),
-                        duration_s: p.duration / SEC,
-                    },
-                ))
-            })
-            .collect();
+        let predictions = prediction_infos(rt.policy.predictions(), &homes);
         drop(rt);
         self.lock().predictions = predictions;
-        Ok(())
+        self.observe_demand(host, &devices, now)
     }
 
     /// The second half of a period: finish migrations, carry out due
@@ -623,6 +640,10 @@ impl lend::PeriodSteps for HostPeriod<'_> {
 
     fn lend_idle(&mut self) -> Result<()> {
         self.h.lend_idle(self.host)
+    }
+
+    fn serve_demand(&mut self) -> Result<()> {
+        self.h.serve_demand(self.host)
     }
 }
 

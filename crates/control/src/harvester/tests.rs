@@ -893,3 +893,102 @@ fn an_absurd_harvest_capacity_is_refused_not_an_overflow() {
     let e = h.m.harvest_volume_create(&r).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NoSpace, "{e}");
 }
+
+/// `auto_request`: a harvest tenant that fills its vSSD gets a volume its
+/// demand predictor asked for, one at a time; once it empties its vSSD and
+/// the time asked for is over, the volume goes back. Off (the default), the
+/// same tenant gets nothing.
+#[test]
+fn a_harvest_tenants_demand_predictor_asks_for_flash_and_gives_it_back() {
+    let text = |auto: bool| {
+        config_text(
+            "/nonexistent",
+            "memory",
+            &format!("window_s = 1\nauto_request = {auto}"),
+        )
+        // gSSDs that last as long as the demand the predictor sees.
+        .replace("lend_for_s = 600", "lend_for_s = 1000000")
+            + "\n[harvest.predictor]\nmodel = \"quantile\"\n"
+    };
+    let fill = |h: &H| {
+        let dev = export(&h.m, "hv");
+        let n = dev.size() / 20 * 19 / 4096 * 4096;
+        let mut off = 0;
+        while off < n {
+            let len = (256u64 << 10).min(n - off) as usize;
+            dev.write(off, &pattern(off, len), false).unwrap();
+            off += len as u64;
+        }
+        dev.flush().unwrap();
+    };
+    let auto_volumes = |h: &H| -> Vec<HarvestVolumeInfo> {
+        h.m.harvest_volumes()
+            .into_iter()
+            .filter(|v| v.name.starts_with("hv-auto-"))
+            .collect()
+    };
+
+    // Off: nothing, however full the tenant is.
+    let off = mem_text(&text(false));
+    regular(&off.m, "reg", &[0, 1]);
+    harvester(&off.m, "hv", &[2, 3]);
+    fill(&off);
+    for _ in 0..10 {
+        off.clock.advance(SEC);
+        off.m.harvest_tick().unwrap();
+    }
+    assert!(off.m.harvest_volumes().is_empty());
+
+    let h = mem_text(&text(true));
+    regular(&h.m, "reg", &[0, 1]);
+    harvester(&h.m, "hv", &[2, 3]);
+    // An idle tenant asks for nothing.
+    for _ in 0..5 {
+        h.clock.advance(SEC);
+        h.m.harvest_tick().unwrap();
+    }
+    assert!(auto_volumes(&h).is_empty());
+    // A tenant about to be full asks for half its capacity, once.
+    fill(&h);
+    for _ in 0..10 {
+        h.clock.advance(SEC);
+        h.m.harvest_tick().unwrap();
+    }
+    let vols = auto_volumes(&h);
+    assert_eq!(vols.len(), 1, "{vols:?} {:?}", h.m.harvest_events(0));
+    let v = &vols[0];
+    let own = h.m.vssd("hv").unwrap().size();
+    assert_eq!(v.tenant, "hv");
+    assert_eq!(v.size_bytes, own / 2 / 4096 * 4096);
+    let ev = h.m.harvest_events(0);
+    let asked = ev
+        .iter()
+        .find(|e| e.kind == HarvestEventKind::Demand)
+        .expect("a demand event");
+    assert!(asked.detail.contains("asked for"), "{}", asked.detail);
+    // It is the tenant's to use like any harvest volume.
+    let dev = export(&h.m, &v.name);
+    write_all(&*dev, 31);
+    check_all(&*dev, 31);
+    // The tenant empties its vSSD; the volume stays until its time is over
+    // and it has been idle for a period.
+    let own_dev = export(&h.m, "hv");
+    own_dev.trim(0, own_dev.size()).unwrap();
+    for _ in 0..5 {
+        h.clock.advance(SEC);
+        h.m.harvest_tick().unwrap();
+    }
+    assert_eq!(auto_volumes(&h).len(), 1, "its time is not over");
+    h.clock
+        .advance(v.until_s.saturating_sub(h.clock.now() / SEC) * SEC);
+    for _ in 0..3 {
+        h.clock.advance(SEC);
+        h.m.harvest_tick().unwrap();
+    }
+    assert!(auto_volumes(&h).is_empty(), "{:?}", h.m.harvest_events(0));
+    assert!(h
+        .m
+        .harvest_events(0)
+        .iter()
+        .any(|e| e.kind == HarvestEventKind::Demand && e.detail.contains("gave volume")));
+}

@@ -472,6 +472,7 @@ impl Harvester {
                 .filter(|v| v.rec.evict_by.is_some())
                 .count(),
             predictions: st.predictions.clone(),
+            demand: st.demand.clone(),
             events: HarvestEventKind::ALL
                 .iter()
                 .map(|k| (k.name().to_string(), st.counts.get(k).copied().unwrap_or(0)))

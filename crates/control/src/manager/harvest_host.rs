@@ -18,6 +18,28 @@ use crate::harvester::{
 use crate::store::{GhostMeta, TenantKind, VssdRecord, VssdState};
 use crate::{ControlError, HarvestSettings, Result};
 
+impl HostManager {
+    /// The active vSSDs of `kind` (tier caches excepted), as the harvester
+    /// sees them.
+    fn views_of(&self, kind: TenantKind) -> Vec<HomeView> {
+        let st = self.state.read();
+        st.vssds
+            .values()
+            .filter(|e| e.rec.state == VssdState::Active && e.rec.kind == kind)
+            .filter(|e| !st.is_tier_cache(&e.rec.name))
+            .map(|e| HomeView {
+                name: e.rec.name.clone(),
+                id: u64::from(e.rec.id),
+                device: e.rec.device.clone(),
+                extents: e.rec.extents.clone(),
+                capacity_bytes: e.rec.capacity_bytes,
+                vssd: e.vssd.clone(),
+                io: e.io.clone(),
+            })
+            .collect()
+    }
+}
+
 impl HarvestHost for HostManager {
     fn devices(&self) -> Vec<DeviceView> {
         let st = self.state.read();
@@ -35,21 +57,11 @@ impl HarvestHost for HostManager {
     }
 
     fn homes(&self) -> Vec<HomeView> {
-        let st = self.state.read();
-        st.vssds
-            .values()
-            .filter(|e| e.rec.state == VssdState::Active && e.rec.kind == TenantKind::Regular)
-            .filter(|e| !st.is_tier_cache(&e.rec.name))
-            .map(|e| HomeView {
-                name: e.rec.name.clone(),
-                id: u64::from(e.rec.id),
-                device: e.rec.device.clone(),
-                extents: e.rec.extents.clone(),
-                capacity_bytes: e.rec.capacity_bytes,
-                vssd: e.vssd.clone(),
-                io: e.io.clone(),
-            })
-            .collect()
+        self.views_of(TenantKind::Regular)
+    }
+
+    fn harvest_tenants(&self) -> Vec<HomeView> {
+        self.views_of(TenantKind::Harvest)
     }
 
     fn is_harvest_tenant(&self, name: &str) -> Result<bool> {

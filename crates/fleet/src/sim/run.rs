@@ -681,4 +681,10 @@ impl lend::PeriodSteps for SimPeriod<'_, '_, '_> {
     fn lend_idle(&mut self) -> Result<(), FleetError> {
         self.run.lend_idle(self.pols, self.step, self.free)
     }
+
+    /// Nothing: the simulated harvest tenants arrive with their demand (the
+    /// fleet's generators), rather than predicting it.
+    fn serve_demand(&mut self) -> Result<(), FleetError> {
+        Ok(())
+    }
 }

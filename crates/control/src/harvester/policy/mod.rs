@@ -44,19 +44,38 @@ pub fn unsold_policy(s: &HarvestSettings) -> Box<dyn UnsoldPolicy> {
 /// previous period.
 pub(super) struct PolicyRt {
     pub(super) policy: Box<dyn LendPolicy>,
-    /// Time, bytes and requests of each home at the previous sample.
-    last: BTreeMap<u64, (Nanos, u64, u64)>,
+    pub(super) sampler: Sampler,
 }
 
 impl PolicyRt {
     pub(super) fn new(policy: Box<dyn LendPolicy>) -> Self {
         Self {
             policy,
-            last: BTreeMap::new(),
+            sampler: Sampler::default(),
         }
     }
 
-    /// Samples every home at `now`: bandwidth and IOPS since the previous
+    /// Samples every home at `now` (see [`Sampler::sample`]).
+    pub(super) fn sample(
+        &mut self,
+        homes: &[HomeView],
+        devices: &[DeviceView],
+        now: Nanos,
+    ) -> Vec<HomeSample> {
+        self.sampler.sample(homes, devices, now)
+    }
+}
+
+/// Turns vSSDs' counters into the samples predictors learn from: it keeps
+/// each vSSD's counters of the previous period to see rates.
+#[derive(Default)]
+pub(super) struct Sampler {
+    /// Time, bytes and requests of each vSSD at the previous sample.
+    last: BTreeMap<u64, (Nanos, u64, u64)>,
+}
+
+impl Sampler {
+    /// Samples every vSSD at `now`: bandwidth and IOPS since the previous
     /// sample as fractions of what its channels and dies can do, utilisation as
     /// a fraction of its capacity. A home seen for the first time has no rate
     /// yet and is left out until the next period.
