@@ -7,6 +7,8 @@
 #
 #   scripts/bench-tls.sh [RUNTIME_SECONDS [REPS]]   (default 5 s, 3 repetitions)
 #
+# Both servers run AES-128-GCM (see below where nbdkit starts).
+#
 # Why X.509 and not PSK: fio's nbd engine connects with nbd_connect_uri and does
 # not let the URI read local files, so a `tls-psk-file=` URI is refused ("local
 # file access is not allowed"); libnbd finds X.509 client credentials in
@@ -54,7 +56,13 @@ channels = 8'
 start_daemon "$WORK/fx" "$FX_CONFIG" "tls = \"require\"
 tls_certificates = \"$PKI/srv\""
 FX="nbds+unix:///bench?socket=$SOCK&tls-hostname=localhost"
-nbdkit -U "$WORK/k.sock" --pidfile "$WORK/k.pid" --tls=require --tls-certificates="$PKI/srv" memory 2G
+# The same cipher on both: flexssd offers TLS 1.3's SHA-256 suites and prefers
+# AES-128-GCM; nbdkit (GnuTLS, no priority flag) would pick AES-256-GCM, so its
+# GnuTLS gets a system priority file that takes AES-256-GCM and ChaCha20 away.
+# Both sessions then run AES-128-GCM.
+printf '[overrides]\ntls-disabled-cipher = AES-256-GCM\ntls-disabled-cipher = CHACHA20-POLY1305\n' > "$WORK/gnutls.cfg"
+GNUTLS_SYSTEM_PRIORITY_FILE="$WORK/gnutls.cfg" \
+  nbdkit -U "$WORK/k.sock" --pidfile "$WORK/k.pid" --tls=require --tls-certificates="$PKI/srv" memory 2G
 for _ in $(seq 50); do [ -f "$WORK/k.pid" ] && break; sleep 0.1; done
 KPID=$(cat "$WORK/k.pid")
 NK="nbds+unix:///?socket=$WORK/k.sock&tls-hostname=localhost"
