@@ -577,7 +577,7 @@ impl Harvester {
         let devices = host.devices();
         let homes = host.homes();
         let mut rt = self.policy.lock();
-        let samples = rt.sample(&homes, &devices, now);
+        let samples = rt.sampler.sample(&homes, &devices, now);
         rt.policy.observe(now, &samples).map_err(|e| {
             let lend::PolicyError::Predictor { home, source } = e;
             crate::ControlError::Predictor {

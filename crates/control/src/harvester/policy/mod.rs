@@ -54,16 +54,6 @@ impl PolicyRt {
             sampler: Sampler::default(),
         }
     }
-
-    /// Samples every home at `now` (see [`Sampler::sample`]).
-    pub(super) fn sample(
-        &mut self,
-        homes: &[HomeView],
-        devices: &[DeviceView],
-        now: Nanos,
-    ) -> Vec<HomeSample> {
-        self.sampler.sample(homes, devices, now)
-    }
 }
 
 /// Turns vSSDs' counters into the samples predictors learn from: it keeps
