@@ -37,7 +37,7 @@ impl Collector for HarvestCollector {
         counter(
             e,
             "flexssd_harvest_events",
-            "Harvester events by kind (created, harvested, released, pooled, expired, reclaimed, migration-started, migrated, migration-failed, evicted, eviction-done, exception)",
+            "Harvester events by kind (created, harvested, released, pooled, expired, reclaimed, migration-started, migrated, migration-failed, evicted, eviction-done, exception, demand)",
             &events,
         )?;
         let gssds = self.mgr.gssds();
