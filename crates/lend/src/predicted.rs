@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 
 use clock::Nanos;
-use predict::{Prediction, Predictor, PredictorConfig, Role, VssdPredictor, WindowStats};
+use predict::{
+    Prediction, Predictor, PredictorConfig, QuantilePriors, Role, VssdPredictor, WindowStats,
+};
 
 use crate::{HomeSample, LendPolicy, Lendable, Offer, PolicyError};
 
@@ -30,6 +32,7 @@ struct Home {
 #[derive(Debug)]
 pub struct Predicted {
     cfg: PredictorConfig,
+    priors: QuantilePriors,
     window: Nanos,
     homes: BTreeMap<u64, Home>,
     latest: BTreeMap<u64, Prediction>,
@@ -38,8 +41,16 @@ pub struct Predicted {
 impl Predicted {
     /// Predictors with `cfg`, fed one window of samples every `window`.
     pub fn new(cfg: PredictorConfig, window: Nanos) -> Self {
+        Self::with_priors(cfg, window, QuantilePriors::default())
+    }
+
+    /// As [`Predicted::new`], every home's quantile model starting from
+    /// `priors` (learned from other homes; `model = "quantile"` only, else
+    /// the first `observe` fails).
+    pub fn with_priors(cfg: PredictorConfig, window: Nanos, priors: QuantilePriors) -> Self {
         Self {
             cfg,
+            priors,
             window,
             homes: BTreeMap::new(),
             latest: BTreeMap::new(),
@@ -92,12 +103,16 @@ impl LendPolicy for Predicted {
             let h = match self.homes.entry(s.home) {
                 std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
                 std::collections::btree_map::Entry::Vacant(v) => v.insert(Home {
-                    p: VssdPredictor::new(&self.cfg, Role::Harvestable, s.home).map_err(
-                        |source| PolicyError::Predictor {
-                            home: s.home,
-                            source,
-                        },
-                    )?,
+                    p: VssdPredictor::with_priors(
+                        &self.cfg,
+                        Role::Harvestable,
+                        s.home,
+                        &self.priors,
+                    )
+                    .map_err(|source| PolicyError::Predictor {
+                        home: s.home,
+                        source,
+                    })?,
                     samples: Vec::new(),
                     window_start: now,
                     channels: s.channels,

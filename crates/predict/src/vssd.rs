@@ -1,13 +1,42 @@
 //! The per-vSSD predictor: bandwidth and capacity level predictors, their duration
 //! predictors, the duration selector and provisioning, behind the [`Predictor`] trait.
 
+use std::sync::Arc;
+
 use clock::Nanos;
 
-use crate::config::PredictorConfig;
+use crate::config::{Model, PredictorConfig};
 use crate::lstm::Lstm;
 use crate::model::{duration_model, level_model, DurationModel, LevelModel};
 use crate::provision::over_provision;
+use crate::quantile::{DurationPrior, LevelPrior, QuantileDuration, QuantileLevel};
 use crate::PredictError;
+
+/// Priors of the quantile model (`model = "quantile"`) for a vSSD's two
+/// resources, fitted offline on other vSSDs' level series
+/// ([`LevelPrior::fit`], [`DurationPrior::fit`]). The default, no prior, is
+/// the model learned online from the vSSD alone (what the daemon runs).
+#[derive(Debug, Clone, Default)]
+pub struct QuantilePriors {
+    /// Next-level distributions of bandwidth.
+    pub bandwidth: Option<Arc<LevelPrior>>,
+    /// Next-level distributions of capacity.
+    pub capacity: Option<Arc<LevelPrior>>,
+    /// Run lengths of bandwidth at or below each level.
+    pub bandwidth_runs: Option<Arc<DurationPrior>>,
+    /// Run lengths of capacity at or below each level.
+    pub capacity_runs: Option<Arc<DurationPrior>>,
+}
+
+impl QuantilePriors {
+    /// Whether no prior is set.
+    pub fn is_empty(&self) -> bool {
+        self.bandwidth.is_none()
+            && self.capacity.is_none()
+            && self.bandwidth_runs.is_none()
+            && self.capacity_runs.is_none()
+    }
+}
 
 /// Statistics of one window of a vSSD's I/O, each as a fraction (0..=1) of the vSSD's
 /// full scale: bandwidth of its provisioned bandwidth (channels × channel bandwidth),
@@ -122,6 +151,33 @@ impl VssdPredictor {
     /// A predictor for a vSSD on side `role`; `seed` varies the initial weights
     /// (deterministic for a given seed).
     pub fn new(cfg: &PredictorConfig, role: Role, seed: u64) -> Result<Self, PredictError> {
+        Self::with_priors(cfg, role, seed, &QuantilePriors::default())
+    }
+
+    /// As [`VssdPredictor::new`], with the quantile model's priors (learned
+    /// from other vSSDs). Priors need `model = "quantile"`.
+    pub fn with_priors(
+        cfg: &PredictorConfig,
+        role: Role,
+        seed: u64,
+        priors: &QuantilePriors,
+    ) -> Result<Self, PredictError> {
+        if !priors.is_empty() {
+            if cfg.model != Model::Quantile {
+                return Err(PredictError::Config(
+                    "priors are for model = \"quantile\" only".into(),
+                ));
+            }
+            return Ok(Self {
+                cfg: cfg.clone(),
+                role,
+                bw: Box::new(QuantileLevel::new(cfg, priors.bandwidth.clone())?),
+                cap: Box::new(QuantileLevel::new(cfg, priors.capacity.clone())?),
+                bw_dur: Box::new(QuantileDuration::new(cfg, priors.bandwidth_runs.clone())?),
+                cap_dur: Box::new(QuantileDuration::new(cfg, priors.capacity_runs.clone())?),
+                last_util: None,
+            });
+        }
         let s = cfg.seed ^ seed.wrapping_mul(0x9E37_79B9);
         Ok(Self {
             cfg: cfg.clone(),
