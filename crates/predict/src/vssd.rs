@@ -433,6 +433,55 @@ mod tests {
     }
 
     #[test]
+    fn priors_start_the_quantile_model_and_are_refused_for_the_lstms() {
+        let q = PredictorConfig {
+            model: crate::config::Model::Quantile,
+            ..Default::default()
+        };
+        // Other vSSDs stayed at level 1 of both resources for runs of 31
+        // windows, then peaked at 9 for one.
+        let series: Vec<u32> = (0..64).map(|i| if i % 32 == 31 { 9 } else { 1 }).collect();
+        let priors = QuantilePriors {
+            bandwidth: Some(Arc::new(LevelPrior::fit(16, [series.as_slice()]))),
+            capacity: Some(Arc::new(LevelPrior::fit(16, [series.as_slice()]))),
+            bandwidth_runs: Some(Arc::new(DurationPrior::fit(
+                16,
+                q.duration.cap_s(),
+                [(series.as_slice(), 1020.0)],
+            ))),
+            capacity_runs: Some(Arc::new(DurationPrior::fit(
+                16,
+                q.duration.cap_s(),
+                [(series.as_slice(), 1020.0)],
+            ))),
+        };
+        assert!(!priors.is_empty() && QuantilePriors::default().is_empty());
+        let mut with = VssdPredictor::with_priors(&q, Role::Harvestable, 1, &priors).unwrap();
+        let mut without = VssdPredictor::new(&q, Role::Harvestable, 1).unwrap();
+        // One short run of its own at level 1, and a new one starting: alone,
+        // one run is too few to promise anything at the 15% quantile; with
+        // the prior's runs it is not.
+        let at = |l: f32| WindowStats {
+            bw_max: l / 16.0,
+            util_max: l / 16.0,
+            util_avg: l / 16.0,
+            ..WindowStats::default()
+        };
+        let mut now = 0;
+        for l in [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 9.0, 1.0] {
+            with.observe(now, &at(l)).unwrap();
+            without.observe(now, &at(l)).unwrap();
+            now += 1020 * SEC;
+        }
+        assert_eq!(without.predict(now).unwrap().duration, 0);
+        assert!(with.predict(now).unwrap().duration > 0);
+        assert!(matches!(
+            VssdPredictor::with_priors(&PredictorConfig::default(), Role::Harvestable, 1, &priors),
+            Err(PredictError::Config(_))
+        ));
+    }
+
+    #[test]
     fn levels_round_up() {
         assert_eq!(level_of(0.0, 16), 0);
         assert_eq!(level_of(1.0 / 16.0, 16), 1);
