@@ -543,6 +543,10 @@ fn plot_per_predictor(path: &Path, solds: &[&ScenarioReport]) -> Result<()> {
     Ok(())
 }
 
+/// One panel of the per-predictor plot: title, y label, two bars per
+/// predictor, and what the two bars are.
+type Panel<'a> = (&'a str, &'a str, Vec<(f64, f64)>, [&'a str; 2]);
+
 fn draw_per_predictor<DB: DrawingBackend>(
     root: &DrawingArea<DB, plotters::coord::Shift>,
     solds: &[&ScenarioReport],
@@ -560,9 +564,8 @@ where
     )?;
     let panels = root.split_evenly((1, 3));
     let n = solds.len();
-    // (panel title, y label, two bars per predictor: (value, value))
     let tb = |v: u64| v as f64 / 1000.0;
-    let data: [(&str, &str, Vec<(f64, f64)>, [&str; 2]); 3] = [
+    let data: [Panel; 3] = [
         (
             "capacity harvested",
             "TB-hours",
