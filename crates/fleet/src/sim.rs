@@ -220,9 +220,10 @@ pub enum PredictorKind {
     /// window of three steps.
     Quantile,
     /// Sold scenario only: [`PredictorKind::Quantile`] starting from priors
-    /// fitted on as many other regular tenants, synthetic and never this
-    /// fleet's ([`Fleet::quantile_priors`]): the model as it is meant to be
-    /// used, trained offline on other vSSDs and online on its own.
+    /// fitted on as many other regular tenants as the fleet has, at least
+    /// [`PRIOR_HOMES`], synthetic and never this fleet's
+    /// ([`Fleet::quantile_priors`]): the model as it is meant to be used,
+    /// trained offline on other vSSDs and online on its own.
     #[serde(rename = "quantile-prior")]
     QuantilePrior,
     /// Unsold scenario only: the daemon's unsold policy
@@ -399,6 +400,10 @@ struct SoldChains {
 
 /// Steps per window the learned policies are fed (15 minutes).
 const WINDOW_STEPS: usize = 3;
+
+/// At least this many other homes train the quantile model's priors, so
+/// that a small fleet's priors are not fitted on a handful of series.
+pub const PRIOR_HOMES: usize = 1000;
 
 fn empty_population() -> Population {
     Population {
@@ -795,7 +800,7 @@ impl Fleet {
                     model: predict::Model::Quantile,
                     ..predict::PredictorConfig::default()
                 };
-                let priors = self.quantile_priors(&pc, self.cfg.regular);
+                let priors = self.quantile_priors(&pc, self.cfg.regular.max(PRIOR_HOMES));
                 Box::new(lend::Predicted::with_priors(
                     pc,
                     WINDOW_STEPS as Nanos * STEP,
