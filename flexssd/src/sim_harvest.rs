@@ -35,7 +35,7 @@ pub struct HarvestArgs {
     /// Master seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Predictor of regular vSSDs' harvestable resources: oracle, last, histogram, or the daemon's own lending policies fixed and lstm (crates/lend; lstm trains per home: small fleets).
+    /// Predictor of regular vSSDs' harvestable resources: oracle, last, histogram, or the daemon's own lending policies fixed, lstm and quantile (crates/lend; the learned ones train per home: small fleets). Several, comma-separated, run the sold scenario once per predictor on the same fleet (see --per-predictor-csv).
     #[arg(long, default_value = "last")]
     pub predictor: String,
     /// Predictor of unsold servers' harvestable channels (paper §4.4.1: histogram), or the daemon's unsold policies unsold-histogram and unsold-fixed (groups of 4 channels).
@@ -51,6 +51,10 @@ pub struct HarvestArgs {
     /// size: the nearest sufficient expiry, or the paper's farthest first.
     #[arg(long, default_value = "nearest", value_parser = ["nearest", "farthest"])]
     pub expiry_order: String,
+    /// Turn away a demand that no single gSSD covers instead of splitting it
+    /// over several (biggest first, all or nothing, as the daemon does).
+    #[arg(long)]
+    pub no_split: bool,
     /// Scenarios to run: sold, unsold or both.
     #[arg(long, default_value = "both", value_parser = ["sold", "unsold", "both"])]
     pub scenario: String,
@@ -76,6 +80,13 @@ pub struct HarvestArgs {
     /// Write before/after bars like Figures 15–17 as SVG.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// Write one row per sold-scenario predictor (capacity-hours harvested,
+    /// reclamations, migrations, gains) as CSV.
+    #[arg(long, value_name = "FILE")]
+    pub per_predictor_csv: Option<PathBuf>,
+    /// Plot the sold-scenario predictors side by side as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub per_predictor_plot: Option<PathBuf>,
 }
 
 /// What `--json` prints.
@@ -96,7 +107,11 @@ arrivals with synthetic lifetimes and placement";
 /// Runs `flexssd sim harvest`. The simulation runs on its own virtual clock;
 /// `wall` only times the whole run for the "in N s" line and `sim_seconds`.
 pub fn run(a: &HarvestArgs, wall: &dyn Clock) -> Result<()> {
-    let pred: PredictorKind = a.predictor.parse()?;
+    let preds: Vec<PredictorKind> = a
+        .predictor
+        .split(',')
+        .map(|p| p.trim().parse())
+        .collect::<Result<_, _>>()?;
     let upred: PredictorKind = a.unsold_predictor.parse()?;
     let cfg = FleetConfig {
         regular: a.regular,
@@ -110,13 +125,15 @@ pub fn run(a: &HarvestArgs, wall: &dyn Clock) -> Result<()> {
             expiry_order: a.expiry_order.parse()?,
             ..FleetConfig::default().harvest_cfg
         },
+        split: !a.no_split,
         ..FleetConfig::default()
     };
     cfg.validate()?;
+    let sold = preds.iter().map(|&p| (Scenario::Sold, p));
     let scenarios: Vec<(Scenario, PredictorKind)> = match a.scenario.as_str() {
-        "sold" => vec![(Scenario::Sold, pred)],
+        "sold" => sold.collect(),
         "unsold" => vec![(Scenario::Unsold, upred)],
-        _ => vec![(Scenario::Sold, pred), (Scenario::Unsold, upred)],
+        _ => sold.chain([(Scenario::Unsold, upred)]).collect(),
     };
     let inputs = fleet::load(&a.cluster_traces, &a.azure)?;
     let t0 = wall.now();
@@ -164,6 +181,16 @@ pub fn run(a: &HarvestArgs, wall: &dyn Clock) -> Result<()> {
     }
     if let Some(p) = &a.plot {
         plot(p, &reports)?;
+    }
+    let solds: Vec<&ScenarioReport> = reports
+        .iter()
+        .filter(|r| r.scenario == Scenario::Sold)
+        .collect();
+    if let Some(p) = &a.per_predictor_csv {
+        write_per_predictor(p, &solds)?;
+    }
+    if let Some(p) = &a.per_predictor_plot {
+        plot_per_predictor(p, &solds)?;
     }
     Ok(())
 }
@@ -239,8 +266,12 @@ fn print_table(fl: &Fleet, reports: &[ScenarioReport]) {
         }
         let c = &r.counters;
         println!(
-            "  requests {} served {} unserved {} completed {} running {}",
-            c.requests, c.served, c.unserved, c.completed, c.running_at_end
+            "  requests {} served {} (split over several gSSDs {}) unserved {} completed {} running {}",
+            c.requests, c.served, c.split_served, c.unserved, c.completed, c.running_at_end
+        );
+        println!(
+            "  capacity harvested {} GB-hours granted, {} GB-hours used by tenants",
+            c.capacity_gb_hours, c.used_gb_hours
         );
         println!(
             "  gSSDs created {} expired {} back to pool {} erased on release {} taken back unassigned {}",
@@ -269,6 +300,9 @@ fn write_csv(path: &Path, reports: &[ScenarioReport]) -> Result<()> {
         "max_after",
         "requests",
         "served",
+        "split_served",
+        "capacity_gb_hours",
+        "used_gb_hours",
         "reclamations",
         "migrations",
         "exceptions",
@@ -308,6 +342,9 @@ fn write_csv(path: &Path, reports: &[ScenarioReport]) -> Result<()> {
                     format!("{ma:.4}"),
                     c.requests.to_string(),
                     c.served.to_string(),
+                    c.split_served.to_string(),
+                    c.capacity_gb_hours.to_string(),
+                    c.used_gb_hours.to_string(),
                     c.reclamations.to_string(),
                     c.migrations.to_string(),
                     c.exceptions.to_string(),
@@ -440,5 +477,188 @@ fn plot(path: &Path, reports: &[ScenarioReport]) -> Result<()> {
     }
     root.present()
         .with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}
+
+/// One row per predictor of the sold scenario: what harvesting gained with it.
+fn write_per_predictor(path: &Path, solds: &[&ScenarioReport]) -> Result<()> {
+    let mut w =
+        csv::Writer::from_path(path).with_context(|| format!("create {}", path.display()))?;
+    w.write_record([
+        "predictor",
+        "homes",
+        "requests",
+        "served",
+        "split_served",
+        "capacity_gb_hours",
+        "used_gb_hours",
+        "early_reclamations",
+        "migrations",
+        "exceptions",
+        "vm_capacity_avg_before",
+        "vm_capacity_avg_after",
+        "vm_under60_units",
+        "vm_under60_avg_before",
+        "vm_under60_avg_after",
+        "vm_bandwidth_avg_before",
+        "vm_bandwidth_avg_after",
+        "data",
+    ])?;
+    for r in solds {
+        let (c, v, b) = (&r.counters, &r.vm_capacity, &r.vm_bandwidth);
+        w.write_record([
+            r.predictor.clone(),
+            r.homes.to_string(),
+            c.requests.to_string(),
+            c.served.to_string(),
+            c.split_served.to_string(),
+            c.capacity_gb_hours.to_string(),
+            c.used_gb_hours.to_string(),
+            c.reclamations.to_string(),
+            c.migrations.to_string(),
+            c.exceptions.to_string(),
+            format!("{:.4}", v.avg_before),
+            format!("{:.4}", v.avg_after),
+            v.under60_units.to_string(),
+            format!("{:.4}", v.under60_avg_before),
+            format!("{:.4}", v.under60_avg_after),
+            format!("{:.4}", b.avg_before),
+            format!("{:.4}", b.avg_after),
+            "synthetic".to_string(),
+        ])?;
+    }
+    w.flush()
+        .with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}
+
+/// The predictors side by side: capacity-hours harvested (granted and used),
+/// early reclamations (migrated, evicted), and the VM capacity gain.
+fn plot_per_predictor(path: &Path, solds: &[&ScenarioReport]) -> Result<()> {
+    anyhow::ensure!(!solds.is_empty(), "no sold-scenario run to plot");
+    let root = SVGBackend::new(path, (1260, 400)).into_drawing_area();
+    draw_per_predictor(&root, solds)?;
+    root.present()
+        .with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}
+
+/// One panel of the per-predictor plot: title, y label, two bars per
+/// predictor, and what the two bars are.
+type Panel<'a> = (&'a str, &'a str, Vec<(f64, f64)>, [&'a str; 2]);
+
+fn draw_per_predictor<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    solds: &[&ScenarioReport],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let root = root.titled(
+        &format!(
+            "Harvesting per predictor, sold scenario, {} VMs (SYNTHETIC fleet)",
+            solds[0].homes
+        ),
+        ("sans-serif", 16),
+    )?;
+    let panels = root.split_evenly((1, 3));
+    let n = solds.len();
+    let tb = |v: u64| v as f64 / 1000.0;
+    let data: [Panel; 3] = [
+        (
+            "capacity harvested",
+            "TB-hours",
+            solds
+                .iter()
+                .map(|r| {
+                    (
+                        tb(r.counters.capacity_gb_hours),
+                        tb(r.counters.used_gb_hours),
+                    )
+                })
+                .collect(),
+            ["granted", "used"],
+        ),
+        (
+            "early reclamations",
+            "count",
+            solds
+                .iter()
+                .map(|r| (r.counters.migrations as f64, r.counters.exceptions as f64))
+                .collect(),
+            ["migrated", "evicted"],
+        ),
+        (
+            "VM capacity gain (after / before)",
+            "x",
+            solds
+                .iter()
+                .map(|r| {
+                    let v = &r.vm_capacity;
+                    (
+                        ratio(v.avg_after, v.avg_before),
+                        ratio(v.under60_avg_after, v.under60_avg_before),
+                    )
+                })
+                .collect(),
+            ["all VMs", "VMs < 60%"],
+        ),
+    ];
+    for (area, (title, ylab, vals, legend)) in panels.iter().zip(data) {
+        let stacked = title == "early reclamations";
+        let top = vals
+            .iter()
+            .map(|&(a, b)| if stacked { a + b } else { a.max(b) })
+            .filter(|v| v.is_finite())
+            .fold(0.0f64, f64::max)
+            .max(1e-9)
+            * 1.25;
+        let mut ch = ChartBuilder::on(area)
+            .caption(title, ("sans-serif", 13))
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0f64..n as f64, 0f64..top)?;
+        ch.configure_mesh()
+            .disable_x_mesh()
+            .x_labels(n)
+            .x_label_formatter(&|x| {
+                solds
+                    .get(x.floor() as usize)
+                    .map_or(String::new(), |r| r.predictor.clone())
+            })
+            .y_desc(ylab)
+            .draw()?;
+        for (i, &(a, b)) in vals.iter().enumerate() {
+            let x = i as f64;
+            let bars = if stacked {
+                [
+                    Rectangle::new([(x + 0.2, 0.0), (x + 0.8, a)], BLUE.mix(0.5).filled()),
+                    Rectangle::new([(x + 0.2, a), (x + 0.8, a + b)], RED.mix(0.6).filled()),
+                ]
+            } else {
+                [
+                    Rectangle::new([(x + 0.15, 0.0), (x + 0.48, a)], BLUE.mix(0.5).filled()),
+                    Rectangle::new([(x + 0.52, 0.0), (x + 0.85, b)], RED.mix(0.6).filled()),
+                ]
+            };
+            ch.draw_series(bars)?;
+        }
+        ch.draw_series([
+            Rectangle::new(
+                [(0.05, top * 0.93), (0.12, top * 0.97)],
+                BLUE.mix(0.5).filled(),
+            ),
+            Rectangle::new(
+                [(0.05, top * 0.86), (0.12, top * 0.90)],
+                RED.mix(0.6).filled(),
+            ),
+        ])?;
+        ch.draw_series([
+            Text::new(legend[0], (0.15, top * 0.97), ("sans-serif", 11)),
+            Text::new(legend[1], (0.15, top * 0.90), ("sans-serif", 11)),
+        ])?;
+    }
     Ok(())
 }

@@ -247,3 +247,63 @@ fn bad_input_is_named() {
     args.extend(["--predictor", "crystal-ball"]);
     assert!(fails(&args).contains("unknown predictor"));
 }
+
+#[test]
+fn predictors_compare_on_one_fleet_and_splitting_serves_more() {
+    let d = tempfile::tempdir().unwrap();
+    let (c, a) = inputs(d.path());
+    let (c, a) = (c.to_str().unwrap(), a.to_str().unwrap());
+    let csv = d.path().join("p.csv");
+    let svg = d.path().join("p.svg");
+    let mut args = small(c, a);
+    args.extend([
+        "--scenario",
+        "sold",
+        "--predictor",
+        "oracle,last,histogram",
+        "--per-predictor-csv",
+        csv.to_str().unwrap(),
+        "--per-predictor-plot",
+        svg.to_str().unwrap(),
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&ok(&args)).unwrap();
+    let runs = v["scenarios"].as_array().unwrap();
+    let names: Vec<&str> = runs
+        .iter()
+        .map(|s| s["predictor"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["oracle", "last", "histogram"]);
+    for s in runs {
+        conserves(&s["counters"]);
+    }
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let rows: Vec<&str> = text.lines().collect();
+    assert!(rows[0].starts_with("predictor,homes,requests,served,split_served,capacity_gb_hours"));
+    assert_eq!(rows.len(), 4);
+    for (row, s) in rows[1..].iter().zip(runs) {
+        let f: Vec<&str> = row.split(',').collect();
+        assert_eq!(f[0], s["predictor"].as_str().unwrap());
+        assert_eq!(f[5], s["counters"]["capacity_gb_hours"].to_string());
+        assert_eq!(*f.last().unwrap(), "synthetic");
+    }
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        svg.contains("<svg") && svg.contains("capacity harvested") && svg.contains("histogram")
+    );
+
+    // Without the split, no demand is served on several gSSDs, and fewer are.
+    let mut j = small(c, a);
+    j.extend(["--scenario", "sold", "--predictor", "oracle", "--json"]);
+    let with: serde_json::Value = serde_json::from_str(&ok(&j)).unwrap();
+    j.push("--no-split");
+    let without: serde_json::Value = serde_json::from_str(&ok(&j)).unwrap();
+    let (w, wo) = (
+        &with["scenarios"][0]["counters"],
+        &without["scenarios"][0]["counters"],
+    );
+    assert_eq!(wo["split_served"], 0, "{wo}");
+    assert!(w["split_served"].as_u64().unwrap() > 0, "{w}");
+    assert!(w["served"].as_u64().unwrap() > wo["served"].as_u64().unwrap());
+    assert_eq!(without["config"]["split"], false);
+}

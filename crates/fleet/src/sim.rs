@@ -48,14 +48,28 @@
 //!    [`lend::plan_unsold`], and a server whose channels get sold tells the
 //!    policy ([`UnsoldPolicy::sold`]), as the daemon's reclaim hook does.
 //! 5. Events inside the step in time order: job ends ([`harvest::GssdPool::release`]:
-//!    back to the pool or erased and home) and arrivals ([`harvest::GssdPool::harvest`] of the
-//!    demand rounded up; no fit = unserved, not an exception: the request is
+//!    back to the pool or erased and home, for each gSSD the tenant holds) and
+//!    arrivals ([`harvest::GssdPool::harvest_split`]: the best fit of the
+//!    demand rounded up, else several gSSDs, biggest first, as the daemon's
+//!    `create_volume`; nothing = unserved, not an exception: the request is
 //!    turned away before it starts).
 //! 6. Utilisation is sampled for every home and every SSD, before (regular usage
-//!    only) and after (plus the harvest tenant on its gSSD).
+//!    only) and after (plus the harvest tenants' shares on its gSSDs).
 //!
-//! Under-harvesting does not arise: a synthetic tenant's real demand is its
-//! predicted demand (the demand side of the predictors is out of scope here).
+//! # Several gSSDs per tenant
+//!
+//! A demand that no single gSSD covers is split (BlockFlex Figure 12,
+//! under-harvesting at arrival): the tenant's share on each gSSD is the
+//! daemon's segment rule, capacity and channels still missing up to what the
+//! gSSD has, in the order taken. An early reclamation costs the tenant only
+//! the reclaimed gSSD's share ([`harvest::Demand::remaining`] of that share):
+//! a replacement holding it migrates the share; with none the tenant is
+//! evicted and its other gSSDs are released. `FleetConfig::split = false`
+//! turns such demands away, as the simulator did before.
+//!
+//! A synthetic tenant's real demand is its predicted demand (the demand side
+//! of the predictors is out of scope here), so under-harvesting during a job
+//! does not arise.
 
 use std::sync::Arc;
 
@@ -101,6 +115,10 @@ pub struct FleetConfig {
     pub blocks_per_channel: u64,
     /// Harvest granularity and timers (chunk = 16 GB, 30 minutes, 15-minute refresh).
     pub harvest_cfg: HarvestConfig,
+    /// A demand that no single gSSD covers is split over several, biggest
+    /// first, all or nothing ([`harvest::GssdPool::harvest_split`], as the
+    /// daemon's `create_volume`); `false`: such a demand is turned away.
+    pub split: bool,
 }
 
 impl Default for FleetConfig {
@@ -116,6 +134,7 @@ impl Default for FleetConfig {
             channels_per_ssd: 16,
             blocks_per_channel: 16_384,
             harvest_cfg: HarvestConfig::default(),
+            split: true,
         }
     }
 }
@@ -194,6 +213,19 @@ pub enum PredictorKind {
     /// home, fed a window of three steps. Trains every home's models online:
     /// slow at the paper's fleet size, meant for small fleets.
     Lstm,
+    /// The daemon's learned policy with `model = "quantile"` (our best
+    /// predictor, `predict::quantile`): per home, the next level and a run's
+    /// remaining time read out at a quantile of distributions counted online
+    /// from the home's own history (no prior, as the daemon runs it), fed a
+    /// window of three steps.
+    Quantile,
+    /// Sold scenario only: [`PredictorKind::Quantile`] starting from priors
+    /// fitted on as many other regular tenants as the fleet has, at least
+    /// [`PRIOR_HOMES`], synthetic and never this fleet's
+    /// ([`Fleet::quantile_priors`]): the model as it is meant to be used,
+    /// trained offline on other vSSDs and online on its own.
+    #[serde(rename = "quantile-prior")]
+    QuantilePrior,
     /// Unsold scenario only: the daemon's unsold policy
     /// [`UnsoldHistogramPolicy`] at its defaults (20% quantile of the
     /// host's past unsold stretches per group size, two hours without
@@ -215,10 +247,12 @@ impl std::str::FromStr for PredictorKind {
             "histogram" => Ok(Self::Histogram),
             "fixed" => Ok(Self::Fixed),
             "lstm" | "predicted" => Ok(Self::Lstm),
+            "quantile" => Ok(Self::Quantile),
+            "quantile-prior" => Ok(Self::QuantilePrior),
             "unsold-histogram" => Ok(Self::UnsoldHistogram),
             "unsold-fixed" => Ok(Self::UnsoldFixed),
             _ => Err(FleetError::BadParam(format!(
-                "unknown predictor {s:?} (oracle, last, histogram, fixed, lstm; unsold servers also unsold-histogram, unsold-fixed)"
+                "unknown predictor {s:?} (oracle, last, histogram, fixed, lstm, quantile, quantile-prior; unsold servers also unsold-histogram, unsold-fixed)"
             ))),
         }
     }
@@ -353,7 +387,23 @@ pub struct Fleet {
     sold: Population,
     unsold: Population,
     provenance: Provenance,
+    /// The chains regular tenants are drawn from, for training homes.
+    chains: SoldChains,
 }
+
+/// The generators of synthetic regular tenants, fitted to the real series.
+#[derive(Debug, Clone)]
+struct SoldChains {
+    bw: Vec<LevelChain>,
+    cap: LevelChain,
+}
+
+/// Steps per window the learned policies are fed (15 minutes).
+const WINDOW_STEPS: usize = 3;
+
+/// At least this many other homes train the quantile model's priors, so
+/// that a small fleet's priors are not fitted on a handful of series.
+pub const PRIOR_HOMES: usize = 1000;
 
 fn empty_population() -> Population {
     Population {
@@ -380,7 +430,18 @@ impl Fleet {
         }
         let (warmup, steps) = cfg.steps();
         let n = warmup + steps;
-        let sold = Self::build_sold(cfg, inputs, n);
+        let chains = SoldChains {
+            bw: inputs
+                .alibaba
+                .iter()
+                .map(|m| LevelChain::fit(&[&m.bw]))
+                .collect(),
+            cap: {
+                let g10: Vec<f32> = inputs.google_capacity.iter().step_by(2).copied().collect();
+                LevelChain::fit(&[&g10])
+            },
+        };
+        let sold = Self::build_sold(cfg, inputs, &chains, n, 1, true);
         let (unsold, keep, away) = Self::build_unsold(cfg, inputs, n)?;
         let tenants = Self::build_tenants(cfg, inputs, warmup, steps);
         let provenance = Provenance {
@@ -399,22 +460,30 @@ impl Fleet {
             sold,
             unsold,
             provenance,
+            chains,
         })
     }
 
-    fn build_sold(cfg: &FleetConfig, inputs: &Inputs, n: usize) -> Population {
+    /// Regular tenants drawn from random stream `stream` of the seed; the
+    /// first replay the real series when `replay_real`, else all are synthetic.
+    fn build_sold(
+        cfg: &FleetConfig,
+        inputs: &Inputs,
+        chains: &SoldChains,
+        n: usize,
+        stream: u64,
+        replay_real: bool,
+    ) -> Population {
         if cfg.regular == 0 {
             return empty_population();
         }
-        let mut rng = SplitMix64::derive(cfg.seed, &[1]);
-        let bw_chains: Vec<LevelChain> = inputs
-            .alibaba
-            .iter()
-            .map(|m| LevelChain::fit(&[&m.bw]))
-            .collect();
-        let g10: Vec<f32> = inputs.google_capacity.iter().step_by(2).copied().collect();
-        let cap_chain = LevelChain::fit(&[&g10]);
-        let real = inputs.alibaba.len().min(cfg.regular);
+        let mut rng = SplitMix64::derive(cfg.seed, &[stream]);
+        let (bw_chains, cap_chain) = (&chains.bw, &chains.cap);
+        let real = if replay_real {
+            inputs.alibaba.len().min(cfg.regular)
+        } else {
+            0
+        };
         let bpc = cfg.blocks_per_channel;
         // vSSD sizes 128, 256 and 512 GB (2, 4, 8 channels), the paper's common
         // sizes, packed first-fit onto 16-channel SSDs (synthetic placement).
@@ -606,6 +675,71 @@ impl Fleet {
         self.warmup + self.steps
     }
 
+    /// Priors of the quantile model fitted on `homes` regular tenants that
+    /// are not this fleet's: synthetic, drawn from the same fitted chains
+    /// with another random stream, none replaying a real series (this
+    /// fleet's first tenants do), so a policy starting from them is
+    /// evaluated on homes it was not trained on. Their series are cut into
+    /// the windows the learned policies see (three steps, the maximum of
+    /// each), as levels of `cfg.levels`.
+    pub fn quantile_priors(
+        &self,
+        cfg: &predict::PredictorConfig,
+        homes: usize,
+    ) -> predict::QuantilePriors {
+        let tcfg = FleetConfig {
+            regular: homes,
+            ..self.cfg
+        };
+        let n = self.warmup + self.steps;
+        let empty = Inputs {
+            alibaba: Vec::new(),
+            google_capacity: Vec::new(),
+            azure_bins: Vec::new(),
+        };
+        let train = Self::build_sold(&tcfg, &empty, &self.chains, n, 7, false);
+        let (mut bw, mut cap) = (Vec::new(), Vec::new());
+        for (h, home) in train.homes.iter().enumerate() {
+            let u = &train.usage;
+            let row = h * n..(h + 1) * n;
+            let win = |v: Vec<f32>| -> Vec<u32> {
+                v.chunks(WINDOW_STEPS)
+                    .map(|w| predict::level_of(w.iter().copied().fold(0.0, f32::max), cfg.levels))
+                    .collect()
+            };
+            bw.push(win(u.channels[row.clone()]
+                .iter()
+                .map(|&c| f32::from(c) / home.channels.max(1) as f32)
+                .collect()));
+            cap.push(win(u.blocks[row]
+                .iter()
+                .map(|&b| b as f32 / home.blocks.max(1) as f32)
+                .collect()));
+        }
+        let step_s = (WINDOW_STEPS as u64 * STEP_S) as f64;
+        let cap_s = cfg.duration.cap_s();
+        let fit = |s: &[Vec<u32>]| {
+            (
+                Arc::new(predict::LevelPrior::fit(
+                    cfg.levels,
+                    s.iter().map(Vec::as_slice),
+                )),
+                Arc::new(predict::DurationPrior::fit(
+                    cfg.levels,
+                    cap_s,
+                    s.iter().map(|l| (l.as_slice(), step_s)),
+                )),
+            )
+        };
+        let ((bl, br), (cl, cr)) = (fit(&bw), fit(&cap));
+        predict::QuantilePriors {
+            bandwidth: Some(bl),
+            capacity: Some(cl),
+            bandwidth_runs: Some(br),
+            capacity_runs: Some(cr),
+        }
+    }
+
     /// The built-in policies of `kind` for a scenario's homes; the daemon's
     /// unsold policies (`unsold-histogram`, `unsold-fixed`) only for unsold
     /// servers.
@@ -615,6 +749,11 @@ impl Fleet {
             (PredictorKind::UnsoldHistogram | PredictorKind::UnsoldFixed, Scenario::Sold) => {
                 return Err(FleetError::BadParam(
                     "unsold-histogram and unsold-fixed decide how long unsold channels stay unsold: give them to --unsold-predictor".into(),
+                ))
+            }
+            (PredictorKind::QuantilePrior, Scenario::Unsold) => {
+                return Err(FleetError::BadParam(
+                    "quantile-prior learns from regular tenants: give it to --predictor (sold scenario)".into(),
                 ))
             }
             (PredictorKind::UnsoldHistogram, Scenario::Unsold) => {
@@ -636,7 +775,16 @@ impl Fleet {
             _ => {}
         }
         let g = hc.duration_granule();
-        Ok(Policies::lending(match kind {
+        let learned = |model| {
+            Box::new(lend::Predicted::new(
+                predict::PredictorConfig {
+                    model,
+                    ..predict::PredictorConfig::default()
+                },
+                WINDOW_STEPS as Nanos * STEP,
+            ))
+        };
+        let mut p = Policies::lending(match kind {
             PredictorKind::Oracle => Box::new(Oracle::new(self.population(s).usage.clone(), g)),
             PredictorKind::Last => Box::new(LastWindow::default()),
             PredictorKind::Histogram => Box::new(Histogram::new(
@@ -645,14 +793,32 @@ impl Fleet {
                 SplitMix64::derive(self.cfg.seed, &[4]).next_u64(),
             )),
             PredictorKind::Fixed => Box::new(lend::Fixed::new(0.5, LEND_FOR)),
-            PredictorKind::Lstm => Box::new(lend::Predicted::new(
-                predict::PredictorConfig::default(),
-                3 * STEP,
-            )),
+            PredictorKind::Lstm => learned(predict::Model::Lstm),
+            PredictorKind::Quantile => learned(predict::Model::Quantile),
+            PredictorKind::QuantilePrior => {
+                let pc = predict::PredictorConfig {
+                    model: predict::Model::Quantile,
+                    ..predict::PredictorConfig::default()
+                };
+                let priors = self.quantile_priors(&pc, self.cfg.regular.max(PRIOR_HOMES));
+                Box::new(lend::Predicted::with_priors(
+                    pc,
+                    WINDOW_STEPS as Nanos * STEP,
+                    priors,
+                ))
+            }
             PredictorKind::UnsoldHistogram | PredictorKind::UnsoldFixed => {
                 unreachable!("matched above")
             }
-        }))
+        });
+        // Both learned policies are `lend::Predicted`: report the model.
+        match kind {
+            PredictorKind::Lstm => p.name = "lstm".into(),
+            PredictorKind::Quantile => p.name = "quantile".into(),
+            PredictorKind::QuantilePrior => p.name = "quantile-prior".into(),
+            _ => {}
+        }
+        Ok(p)
     }
 
     /// Runs one scenario with `pred` on a fresh virtual clock, calling
@@ -674,6 +840,11 @@ pub struct Counters {
     pub requests: u64,
     /// Of which got a gSSD on arrival.
     pub served: u64,
+    /// Of the served, those whose demand no single gSSD covered, served on
+    /// several (under-harvesting, Figure 12).
+    pub split_served: u64,
+    /// gSSDs those split demands took, together.
+    pub split_gssds: u64,
     /// Of which found no gSSD that fits (turned away before starting).
     pub unserved: u64,
     /// Jobs that ran to their end.
@@ -703,6 +874,12 @@ pub struct Counters {
     pub waste_blocks: u64,
     /// Channels granted beyond real demands at assignment, summed.
     pub waste_channels: u64,
+    /// Capacity harvested, in GB-hours: each gSSD a tenant held (whole, as
+    /// granted) times how long it held it, up to the end of the run.
+    pub capacity_gb_hours: u64,
+    /// The same for the tenants' real demands (their shares of the gSSDs
+    /// they held): what harvesting served, without the rounding up.
+    pub used_gb_hours: u64,
     /// Home-steps where usage plus what is lent exceeded the allotment after the
     /// reclamation check (must be 0).
     pub invariant_violations: u64,

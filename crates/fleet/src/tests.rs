@@ -70,6 +70,12 @@ fn check(r: &ScenarioReport) {
     );
     assert_eq!(c.served, c.requests - c.unserved);
     assert_eq!(c.reclamations, c.migrations + c.exceptions);
+    // A split takes at least two gSSDs; tenants use at most what they were
+    // granted, and something whenever anyone was served.
+    assert!(c.split_gssds >= 2 * c.split_served, "{c:?}");
+    assert!(c.split_served <= c.served, "{c:?}");
+    assert!(c.used_gb_hours <= c.capacity_gb_hours, "{c:?}");
+    assert_eq!(c.served > 0, c.capacity_gb_hours > 0, "{c:?}");
     // (`after >= before` holds by construction: after is before plus what
     // tenants use. What can fail: tenants' use fitting in their hosts, and it
     // being counted at all.)
@@ -165,6 +171,55 @@ fn every_predictor_runs_and_conserves() {
 }
 
 #[test]
+fn the_learned_policies_run_under_their_model_names() {
+    // Small: the LSTMs train per home.
+    let cfg = FleetConfig {
+        regular: 6,
+        harvest: 60,
+        hours: 8,
+        warmup_hours: 2,
+        ..small(1)
+    };
+    let f = Fleet::build(&cfg, &inputs(1)).unwrap();
+    for (k, name) in [
+        (PredictorKind::Quantile, "quantile"),
+        (PredictorKind::QuantilePrior, "quantile-prior"),
+        (PredictorKind::Lstm, "lstm"),
+    ] {
+        let mut p = f.predictor(k, Scenario::Sold).unwrap();
+        let r = f.run(Scenario::Sold, &mut p, &mut || {}).unwrap();
+        assert_eq!(r.predictor, name);
+        check(&r);
+    }
+    // The prior is learned from other homes, so only for regular tenants.
+    assert!(f
+        .predictor(PredictorKind::QuantilePrior, Scenario::Unsold)
+        .is_err());
+}
+
+#[test]
+fn quantile_priors_come_from_homes_the_fleet_does_not_have() {
+    let f = Fleet::build(&small(1), &inputs(1)).unwrap();
+    let pc = ::predict::PredictorConfig {
+        model: ::predict::Model::Quantile,
+        ..::predict::PredictorConfig::default()
+    };
+    let p = f.quantile_priors(&pc, 40);
+    let rows = &p.capacity.as_ref().unwrap().rows;
+    assert_eq!(rows.len(), pc.levels as usize + 1);
+    // Some transitions were counted, and each counted row is a distribution.
+    assert!(rows.iter().any(|r| r.iter().sum::<f32>() > 0.5));
+    for r in rows {
+        let t: f32 = r.iter().sum();
+        assert!(t == 0.0 || (t - 1.0).abs() < 1e-4, "{r:?}");
+    }
+    assert!(p.bandwidth_runs.unwrap().runs.iter().any(|r| !r.is_empty()));
+    // Another seed draws other training homes.
+    let g = Fleet::build(&small(2), &inputs(1)).unwrap();
+    assert_ne!(g.quantile_priors(&pc, 40).capacity, p.capacity);
+}
+
+#[test]
 fn the_daemons_unsold_policies_run_on_unsold_servers_only() {
     let f = Fleet::build(&small(1), &inputs(1)).unwrap();
     for k in [PredictorKind::UnsoldHistogram, PredictorKind::UnsoldFixed] {
@@ -178,6 +233,51 @@ fn the_daemons_unsold_policies_run_on_unsold_servers_only() {
         "unsold-histogram".parse::<PredictorKind>().unwrap(),
         PredictorKind::UnsoldHistogram
     );
+}
+
+#[test]
+fn splitting_serves_demands_no_single_gssd_covers() {
+    // Homes lend what is free over the next granule (oracle); the harvest
+    // tenants ask for 32-512 GB on one channel per 64 GB, and the biggest
+    // home (8 channels, 512 GB) never lends all of it, so the biggest demands
+    // fit no gSSD alone. With the split they are served on several; without
+    // it they are turned away.
+    let f = Fleet::build(&small(2), &inputs(2)).unwrap();
+    let big = f
+        .tenants()
+        .iter()
+        .filter(|t| t.demand.bandwidth == 8)
+        .count();
+    assert!(big > 0, "the fleet has 512 GB demands");
+    let run = |split: bool| {
+        let f = Fleet::build(&FleetConfig { split, ..small(2) }, &inputs(2)).unwrap();
+        let mut p = f.predictor(PredictorKind::Oracle, Scenario::Sold).unwrap();
+        let r = f.run(Scenario::Sold, &mut p, &mut || {}).unwrap();
+        check(&r);
+        r.counters
+    };
+    let (with, without) = (run(true), run(false));
+    assert!(with.split_served > 0, "{with:?}");
+    assert_eq!(without.split_served, 0, "{without:?}");
+    assert!(
+        with.served > without.served,
+        "splitting must serve more: {with:?} against {without:?}"
+    );
+    assert!(with.used_gb_hours > without.used_gb_hours);
+}
+
+#[test]
+fn split_tenants_survive_reclamations_and_evictions_consistently() {
+    // Greedy lending makes homes take their flash back often; tenants on
+    // several gSSDs lose one piece at a time (migrated, or evicted with the
+    // other pieces released). The counters must still balance.
+    let f = Fleet::build(&small(5), &inputs(5)).unwrap();
+    let week = 7 * 24 * 3600 * clock::SEC;
+    let mut p = Policies::lending(Box::new(lend::Fixed::new(1.0, week)));
+    let r = f.run(Scenario::Sold, &mut p, &mut || {}).unwrap();
+    let c = r.counters;
+    assert!(c.split_served > 0 && c.reclamations > 0, "{c:?}");
+    check(&r);
 }
 
 #[test]
@@ -219,6 +319,10 @@ fn impossible_parameters_are_named() {
     assert_eq!(
         "fixed".parse::<PredictorKind>().unwrap(),
         PredictorKind::Fixed
+    );
+    assert_eq!(
+        "quantile".parse::<PredictorKind>().unwrap(),
+        PredictorKind::Quantile
     );
 }
 

@@ -259,6 +259,77 @@ impl GssdPool {
         }
     }
 
+    /// One step of splitting a demand over several gSSDs (Figure 12,
+    /// under-harvesting): the best fit for `d` rounded up to the pool's
+    /// granularity if one covers it; else the biggest unassigned gSSD (largest
+    /// capacity, then bandwidth, lowest id on ties) that lasts the demand's own
+    /// `d.duration` from `now`, not its rounded-up one: a piece of a split
+    /// only has to hold out until the demand ends. `None` when no unassigned gSSD
+    /// lasts that long. The daemon's `create_volume` asks this of each device's
+    /// pool for what is still missing; [`GssdPool::harvest_split`] loops over it
+    /// in one pool.
+    pub fn split_pick(&self, d: &Demand, now: Nanos) -> Result<Option<&Gssd>, HarvestError> {
+        d.validate()?;
+        let id = self
+            .best_fit_id(&d.quantized(&self.cfg), now)
+            .or_else(|| self.largest_id(now.saturating_add(d.duration)));
+        Ok(id.map(|id| &self.gssds[&id]))
+    }
+
+    /// The biggest unassigned gSSD lasting until at least `until`: the last key
+    /// (keys ascend by capacity, then bandwidth) whose head lasts long enough,
+    /// and in its list the lowest id among the entries that do.
+    fn largest_id(&self, until: Nanos) -> Option<GssdId> {
+        (0..self.keys.len())
+            .rev()
+            .filter(|&i| self.heads[i] >= until)
+            .find_map(|i| {
+                self.lists[i]
+                    .range(..=(Reverse(until), Reverse(0)))
+                    .map(|e| e.1 .0)
+                    .min()
+            })
+    }
+
+    /// A harvesting request that may take several gSSDs, all or nothing
+    /// (BlockFlex §4.5, Figure 12): one gSSD that covers `d` if any (best fit,
+    /// exactly [`GssdPool::harvest`]); else, step by step
+    /// ([`GssdPool::split_pick`]), the biggest gSSD lasting long enough, then
+    /// the best fit for what is still missing, until the capacity and the
+    /// bandwidth are both met. Every gSSD taken is assigned to `tenant`, in
+    /// the order taken (the first is the tenant's first segment). `None`, with
+    /// nothing assigned, when the unassigned gSSDs cannot meet the demand
+    /// together: the caller raises the exception.
+    pub fn harvest_split(
+        &mut self,
+        tenant: TenantId,
+        d: &Demand,
+        now: Nanos,
+    ) -> Result<Option<Vec<Gssd>>, HarvestError> {
+        d.validate()?;
+        let (mut cap, mut bw) = (d.capacity, d.bandwidth);
+        let mut taken: Vec<Gssd> = Vec::new();
+        while cap > 0 || bw > 0 {
+            let want = Demand {
+                capacity: cap.max(1),
+                bandwidth: bw.max(1),
+                duration: d.duration,
+            };
+            let Some(id) = self.split_pick(&want, now)?.map(|g| g.id) else {
+                // Nothing half-taken: the tenant never used these.
+                for g in &taken {
+                    self.unassign(g.id, tenant)?;
+                }
+                return Ok(None);
+            };
+            let g = self.assign(id, tenant)?.clone();
+            cap = cap.saturating_sub(g.capacity);
+            bw = bw.saturating_sub(g.bandwidth);
+            taken.push(g);
+        }
+        Ok(Some(taken))
+    }
+
     /// Undoes an [`GssdPool::assign`] that the caller could not complete (for
     /// example a request that needed several gSSDs and found too few): the gSSD
     /// goes back to the lists as it was, without the release rule, because the
@@ -486,6 +557,82 @@ mod tests {
             bandwidth: bw,
             duration: halves * MIN30,
         }
+    }
+
+    fn ids(v: &[Gssd]) -> Vec<GssdId> {
+        v.iter().map(|g| g.id).collect()
+    }
+
+    #[test]
+    fn a_split_prefers_one_covering_gssd_else_takes_the_biggest_first() {
+        let mut p = pool();
+        p.insert(g(1, 1, 2, 1, 10)).unwrap();
+        p.insert(g(2, 2, 4, 2, 10)).unwrap();
+        p.insert(g(3, 3, 3, 1, 10)).unwrap();
+        p.insert(g(4, 4, 8, 4, 10)).unwrap();
+        // gSSD 4 covers 3 chunks on 1 channel alone, but best fit is the
+        // smallest that covers: 3, and nothing else is taken.
+        let got = p.harvest_split(7, &demand(3, 1, 2), 0).unwrap().unwrap();
+        assert_eq!(ids(&got), vec![3]);
+        // 12 chunks on 5 channels: no single gSSD covers; the biggest (4: 8
+        // chunks, 4 channels) first, then the best fit for the 4 chunks and 1
+        // channel still missing (2), not the other small one.
+        let got = p.harvest_split(8, &demand(12, 5, 2), 0).unwrap().unwrap();
+        assert_eq!(ids(&got), vec![4, 2]);
+        assert!(got.iter().all(|g| g.tenant == Some(8)));
+        assert_eq!(
+            ids(&p.assigned_to(8).into_iter().cloned().collect::<Vec<_>>()),
+            vec![2, 4]
+        );
+        // A short-lived big gSSD cannot be a piece of a long demand.
+        let mut q = pool();
+        q.insert(g(1, 1, 8, 4, 1)).unwrap();
+        q.insert(g(2, 2, 2, 1, 10)).unwrap();
+        q.insert(g(3, 3, 2, 1, 10)).unwrap();
+        let got = q.harvest_split(9, &demand(4, 2, 4), 0).unwrap().unwrap();
+        assert_eq!(ids(&got), vec![2, 3], "biggest that lasts, lowest id first");
+    }
+
+    #[test]
+    fn a_split_is_all_or_nothing() {
+        let mut p = pool();
+        p.insert(g(1, 1, 4, 2, 10)).unwrap();
+        p.insert(g(2, 2, 2, 1, 10)).unwrap();
+        p.insert(g(3, 3, 8, 4, 1)).unwrap(); // too short for the demand
+        let before = p.lists();
+        // 7 chunks: the two that last hold 6. Nothing may stay assigned.
+        assert_eq!(p.harvest_split(7, &demand(7, 1, 4), 0).unwrap(), None);
+        assert!(p.assigned_to(7).is_empty());
+        assert_eq!(p.lists(), before);
+        // Capacity met but one channel short: refused too.
+        assert_eq!(p.harvest_split(7, &demand(6, 4, 4), 0).unwrap(), None);
+        assert_eq!(p.lists(), before);
+        // Exactly what the two hold: both.
+        let got = p.harvest_split(7, &demand(6, 3, 4), 0).unwrap().unwrap();
+        assert_eq!(ids(&got), vec![1, 2]);
+        assert_eq!(p.lists(), vec![((8 * C, 4), vec![3])]);
+        assert_eq!(
+            p.harvest_split(7, &demand(0, 1, 1), 0),
+            Err(HarvestError::ZeroDemand(demand(0, 1, 1)))
+        );
+    }
+
+    #[test]
+    fn split_pick_matches_a_covering_gssd_on_the_rounded_demand_and_a_piece_on_the_real_one() {
+        let mut p = pool();
+        // Lasts 2 granules: covers a demand of 1.5 granules only if not rounded up.
+        p.insert(g(1, 1, 4, 2, 2)).unwrap();
+        let d = Demand {
+            capacity: C,
+            bandwidth: 1,
+            duration: 3 * MIN30 / 2,
+        };
+        let t = MIN30 / 2;
+        assert!(p.best_fit(&d.quantized(p.config()), t).unwrap().is_none());
+        // Half a granule in, no gSSD lasts the rounded 2 granules, but the
+        // biggest piece lasting 1.5 is this one.
+        assert_eq!(p.split_pick(&d, t).unwrap().map(|g| g.id), Some(1));
+        assert_eq!(p.split_pick(&d, MIN30).unwrap(), None);
     }
 
     #[test]

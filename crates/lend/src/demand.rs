@@ -14,7 +14,7 @@
 //! beside the lending policies.
 
 use clock::Nanos;
-use predict::{Prediction, PredictorConfig, Role};
+use predict::{Prediction, PredictorConfig, QuantilePriors, Role};
 
 use crate::learners::Learners;
 use crate::{HomeSample, PolicyError};
@@ -29,7 +29,7 @@ impl DemandPredictors {
     /// Predictors with `cfg`, fed one window of samples every `window`.
     pub fn new(cfg: PredictorConfig, window: Nanos) -> Self {
         Self {
-            tenants: Learners::new(cfg, window, Role::Demand),
+            tenants: Learners::new(cfg, window, Role::Demand, QuantilePriors::default()),
         }
     }
 

@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 
 use clock::Nanos;
-use predict::{Prediction, Predictor, PredictorConfig, Role, VssdPredictor, WindowStats};
+use predict::{
+    Prediction, Predictor, PredictorConfig, QuantilePriors, Role, VssdPredictor, WindowStats,
+};
 
 use crate::{HomeSample, PolicyError};
 
@@ -26,6 +28,8 @@ struct Learner {
 #[derive(Debug)]
 pub(crate) struct Learners {
     cfg: PredictorConfig,
+    /// What every new vSSD's quantile models start from (empty: nothing).
+    priors: QuantilePriors,
     window: Nanos,
     role: Role,
     vssds: BTreeMap<u64, Learner>,
@@ -33,10 +37,17 @@ pub(crate) struct Learners {
 }
 
 impl Learners {
-    /// Predictors on side `role` with `cfg`, fed one window every `window`.
-    pub(crate) fn new(cfg: PredictorConfig, window: Nanos, role: Role) -> Self {
+    /// Predictors on side `role` with `cfg`, fed one window every `window`,
+    /// each new vSSD's quantile models starting from `priors`.
+    pub(crate) fn new(
+        cfg: PredictorConfig,
+        window: Nanos,
+        role: Role,
+        priors: QuantilePriors,
+    ) -> Self {
         Self {
             cfg,
+            priors,
             window,
             role,
             vssds: BTreeMap::new(),
@@ -63,12 +74,11 @@ impl Learners {
             let l = match self.vssds.entry(s.home) {
                 std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
                 std::collections::btree_map::Entry::Vacant(v) => v.insert(Learner {
-                    p: VssdPredictor::new(&self.cfg, self.role, s.home).map_err(|source| {
-                        PolicyError::Predictor {
+                    p: VssdPredictor::with_priors(&self.cfg, self.role, s.home, &self.priors)
+                        .map_err(|source| PolicyError::Predictor {
                             home: s.home,
                             source,
-                        }
-                    })?,
+                        })?,
                     samples: Vec::new(),
                     window_start: now,
                     channels: s.channels,

@@ -9,7 +9,7 @@
 //! `expiry` and `predictions` read that result.
 
 use clock::Nanos;
-use predict::{Prediction, PredictorConfig, Role};
+use predict::{Prediction, PredictorConfig, QuantilePriors, Role};
 
 use crate::learners::Learners;
 use crate::{HomeSample, LendPolicy, Lendable, Offer, PolicyError};
@@ -23,8 +23,15 @@ pub struct Predicted {
 impl Predicted {
     /// Predictors with `cfg`, fed one window of samples every `window`.
     pub fn new(cfg: PredictorConfig, window: Nanos) -> Self {
+        Self::with_priors(cfg, window, QuantilePriors::default())
+    }
+
+    /// As [`Predicted::new`], every home's quantile model starting from
+    /// `priors` (learned from other homes; `model = "quantile"` only, else
+    /// the first `observe` fails).
+    pub fn with_priors(cfg: PredictorConfig, window: Nanos, priors: QuantilePriors) -> Self {
         Self {
-            homes: Learners::new(cfg, window, Role::Harvestable),
+            homes: Learners::new(cfg, window, Role::Harvestable, priors),
         }
     }
 

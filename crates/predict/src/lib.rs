@@ -74,7 +74,10 @@ pub use model::{duration_model, level_model, DurationModel, LevelModel};
 pub use provision::{over_provision, under_provision};
 pub use quantile::{DurationPrior, LevelPrior, QuantileDuration, QuantileLevel};
 pub use unsold::UnsoldHistogram;
-pub use vssd::{level_of, predict_batch, Prediction, Predictor, Role, VssdPredictor, WindowStats};
+pub use vssd::{
+    level_of, predict_batch, Prediction, Predictor, QuantilePriors, Role, VssdPredictor,
+    WindowStats,
+};
 
 /// Errors of the predictors and readers.
 #[derive(Debug, thiserror::Error)]

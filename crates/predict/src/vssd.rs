@@ -1,13 +1,42 @@
 //! The per-vSSD predictor: bandwidth and capacity level predictors, their duration
 //! predictors, the duration selector and provisioning, behind the [`Predictor`] trait.
 
+use std::sync::Arc;
+
 use clock::Nanos;
 
-use crate::config::PredictorConfig;
+use crate::config::{Model, PredictorConfig};
 use crate::lstm::Lstm;
 use crate::model::{duration_model, level_model, DurationModel, LevelModel};
 use crate::provision::over_provision;
+use crate::quantile::{DurationPrior, LevelPrior, QuantileDuration, QuantileLevel};
 use crate::PredictError;
+
+/// Priors of the quantile model (`model = "quantile"`) for a vSSD's two
+/// resources, fitted offline on other vSSDs' level series
+/// ([`LevelPrior::fit`], [`DurationPrior::fit`]). The default, no prior, is
+/// the model learned online from the vSSD alone (what the daemon runs).
+#[derive(Debug, Clone, Default)]
+pub struct QuantilePriors {
+    /// Next-level distributions of bandwidth.
+    pub bandwidth: Option<Arc<LevelPrior>>,
+    /// Next-level distributions of capacity.
+    pub capacity: Option<Arc<LevelPrior>>,
+    /// Run lengths of bandwidth at or below each level.
+    pub bandwidth_runs: Option<Arc<DurationPrior>>,
+    /// Run lengths of capacity at or below each level.
+    pub capacity_runs: Option<Arc<DurationPrior>>,
+}
+
+impl QuantilePriors {
+    /// Whether no prior is set.
+    pub fn is_empty(&self) -> bool {
+        self.bandwidth.is_none()
+            && self.capacity.is_none()
+            && self.bandwidth_runs.is_none()
+            && self.capacity_runs.is_none()
+    }
+}
 
 /// Statistics of one window of a vSSD's I/O, each as a fraction (0..=1) of the vSSD's
 /// full scale: bandwidth of its provisioned bandwidth (channels × channel bandwidth),
@@ -122,6 +151,33 @@ impl VssdPredictor {
     /// A predictor for a vSSD on side `role`; `seed` varies the initial weights
     /// (deterministic for a given seed).
     pub fn new(cfg: &PredictorConfig, role: Role, seed: u64) -> Result<Self, PredictError> {
+        Self::with_priors(cfg, role, seed, &QuantilePriors::default())
+    }
+
+    /// As [`VssdPredictor::new`], with the quantile model's priors (learned
+    /// from other vSSDs). Priors need `model = "quantile"`.
+    pub fn with_priors(
+        cfg: &PredictorConfig,
+        role: Role,
+        seed: u64,
+        priors: &QuantilePriors,
+    ) -> Result<Self, PredictError> {
+        if !priors.is_empty() {
+            if cfg.model != Model::Quantile {
+                return Err(PredictError::Config(
+                    "priors are for model = \"quantile\" only".into(),
+                ));
+            }
+            return Ok(Self {
+                cfg: cfg.clone(),
+                role,
+                bw: Box::new(QuantileLevel::new(cfg, priors.bandwidth.clone())?),
+                cap: Box::new(QuantileLevel::new(cfg, priors.capacity.clone())?),
+                bw_dur: Box::new(QuantileDuration::new(cfg, priors.bandwidth_runs.clone())?),
+                cap_dur: Box::new(QuantileDuration::new(cfg, priors.capacity_runs.clone())?),
+                last_util: None,
+            });
+        }
         let s = cfg.seed ^ seed.wrapping_mul(0x9E37_79B9);
         Ok(Self {
             cfg: cfg.clone(),
@@ -374,6 +430,55 @@ mod tests {
         assert_eq!(batch[2], one);
         assert_eq!(batch[1].bandwidth, b.predict(now).unwrap().bandwidth);
         assert!(a.model_bytes() < b.model_bytes() / 10);
+    }
+
+    #[test]
+    fn priors_start_the_quantile_model_and_are_refused_for_the_lstms() {
+        let q = PredictorConfig {
+            model: crate::config::Model::Quantile,
+            ..Default::default()
+        };
+        // Other vSSDs stayed at level 1 of both resources for runs of 31
+        // windows, then peaked at 9 for one.
+        let series: Vec<u32> = (0..64).map(|i| if i % 32 == 31 { 9 } else { 1 }).collect();
+        let priors = QuantilePriors {
+            bandwidth: Some(Arc::new(LevelPrior::fit(16, [series.as_slice()]))),
+            capacity: Some(Arc::new(LevelPrior::fit(16, [series.as_slice()]))),
+            bandwidth_runs: Some(Arc::new(DurationPrior::fit(
+                16,
+                q.duration.cap_s(),
+                [(series.as_slice(), 1020.0)],
+            ))),
+            capacity_runs: Some(Arc::new(DurationPrior::fit(
+                16,
+                q.duration.cap_s(),
+                [(series.as_slice(), 1020.0)],
+            ))),
+        };
+        assert!(!priors.is_empty() && QuantilePriors::default().is_empty());
+        let mut with = VssdPredictor::with_priors(&q, Role::Harvestable, 1, &priors).unwrap();
+        let mut without = VssdPredictor::new(&q, Role::Harvestable, 1).unwrap();
+        // One short run of its own at level 1, and a new one starting: alone,
+        // one run is too few to promise anything at the 15% quantile; with
+        // the prior's runs it is not.
+        let at = |l: f32| WindowStats {
+            bw_max: l / 16.0,
+            util_max: l / 16.0,
+            util_avg: l / 16.0,
+            ..WindowStats::default()
+        };
+        let mut now = 0;
+        for l in [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 9.0, 1.0] {
+            with.observe(now, &at(l)).unwrap();
+            without.observe(now, &at(l)).unwrap();
+            now += 1020 * SEC;
+        }
+        assert_eq!(without.predict(now).unwrap().duration, 0);
+        assert!(with.predict(now).unwrap().duration > 0);
+        assert!(matches!(
+            VssdPredictor::with_priors(&PredictorConfig::default(), Role::Harvestable, 1, &priors),
+            Err(PredictError::Config(_))
+        ));
     }
 
     #[test]

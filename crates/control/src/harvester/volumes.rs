@@ -141,7 +141,10 @@ impl Harvester {
         let vid = self.store.next_serial()?;
         let devices = host.devices();
         let mut st = self.lock();
-        // Pick gSSDs: one that covers everything if any, else the biggest first.
+        // Pick gSSDs: one that covers everything if any, else the biggest first
+        // (each pool's step is `GssdPool::split_pick`, the step the fleet
+        // simulator's `GssdPool::harvest_split` takes too; across pools, the
+        // smallest covering pick, else the biggest).
         let mut picked: Vec<(String, GssdId, u64)> = Vec::new(); // (device, id, bytes)
         let mut left = size;
         let mut bw_left = req.bandwidth;
@@ -155,16 +158,8 @@ impl Harvester {
                     capacity: blocks_for(&d.geometry, left.max(1), bw_left.max(1)),
                     bandwidth: bw_left.max(1),
                     duration,
-                }
-                .quantized(pool.config());
-                let fit = pool.best_fit(&want, now)?.map(|g| g.id).or_else(|| {
-                    // No single fit: the largest that lasts long enough.
-                    pool.iter()
-                        .filter(|g| !g.in_use() && g.expiry >= now.saturating_add(duration))
-                        .max_by_key(|g| (g.capacity, g.bandwidth, std::cmp::Reverse(g.id)))
-                        .map(|g| g.id)
-                });
-                if let Some(id) = fit {
+                };
+                if let Some(id) = pool.split_pick(&want, now)?.map(|g| g.id) {
                     let bytes = st.gssds[&id].capacity_bytes;
                     if best
                         .as_ref()

@@ -25,6 +25,13 @@ struct HomeState {
     cap: u64,
     bw: u32,
     tenant: u32,
+    /// The tenant's share on this gSSD: blocks of its demand it holds (the
+    /// daemon's segment: what is still missing, up to the gSSD's capacity,
+    /// in the order the split took the gSSDs) and channels of its demand.
+    share_cap: u64,
+    share_bw: u32,
+    /// Since when the tenant holds it.
+    since: Nanos,
     /// An unsold group: its channels (the first `bw`).
     group: [u32; UNSOLD_GROUP],
 }
@@ -41,6 +48,9 @@ const IDLE: HomeState = HomeState {
     cap: 0,
     bw: 0,
     tenant: NONE,
+    share_cap: 0,
+    share_bw: 0,
+    since: 0,
     group: [0; UNSOLD_GROUP],
 };
 
@@ -147,12 +157,19 @@ pub(super) struct Run<'a> {
     slots: Vec<HomeState>,
     spp: usize,
     status: Vec<Status>,
-    tenant_gssd: Vec<u32>,
+    /// The gSSDs (slots) each running tenant holds: one, or several when its
+    /// demand was split.
+    tenant_gssds: Vec<Vec<u32>>,
+    /// Block-seconds held by tenants: granted (whole gSSDs) and used (their
+    /// shares of the demand).
+    held_block_s: [u128; 2],
     /// Each home's name, as an unsold policy keys its device.
     names: Vec<String>,
     /// Homes that took their flash back lend nothing for a granule (the
     /// daemon's rule).
     cooling: lend::Cooling<usize>,
+    /// Whether a demand no single gSSD covers may take several.
+    split: bool,
     c: Counters,
 }
 
@@ -171,9 +188,11 @@ impl<'a> Run<'a> {
             slots: vec![IDLE; pop.homes.len() * spp],
             spp,
             status: vec![Status::Pending; f.tenants.len()],
-            tenant_gssd: vec![NONE; f.tenants.len()],
+            tenant_gssds: vec![Vec::new(); f.tenants.len()],
+            held_block_s: [0; 2],
             names: (0..pop.homes.len()).map(|h| format!("ssd{h}")).collect(),
             cooling: lend::Cooling::default(),
+            split: f.cfg.split,
             c: Counters::default(),
         }
     }
@@ -196,26 +215,39 @@ impl<'a> Run<'a> {
                 self.c.reclaimed_unassigned += 1;
             }
         } else {
+            // The tenant loses only this gSSD's share: a replacement must hold
+            // what it uses here, for the rest of its time.
             let tn = &self.f.tenants[t as usize];
+            let st = self.slots[slot];
             let need = Demand::remaining(
                 &self.cfg,
-                tn.demand.capacity,
-                tn.demand.bandwidth,
+                st.share_cap.max(1),
+                st.share_bw,
                 tn.arrival + tn.demand.duration,
                 now,
             );
             let r = self.pool.early_reclaim(slot as u64, &need, now)?;
             self.c.reclamations += 1;
+            self.held_until(slot, now);
+            let held = &mut self.tenant_gssds[t as usize];
+            held.retain(|&g| g != slot as u32);
             match r.action {
                 ReclaimAction::Migrate { to } => {
                     self.c.migrations += 1;
-                    self.tenant_gssd[t as usize] = to as u32;
-                    self.slots[to as usize].tenant = t;
+                    held.push(to as u32);
+                    let d = &mut self.slots[to as usize];
+                    d.tenant = t;
+                    d.share_cap = st.share_cap;
+                    d.share_bw = st.share_bw;
+                    d.since = now;
                 }
                 _ => {
+                    // A volume missing a piece is gone: the tenant is evicted
+                    // and its other gSSDs are released.
                     self.c.exceptions += 1;
                     self.status[t as usize] = Status::Evicted;
-                    self.tenant_gssd[t as usize] = NONE;
+                    self.slots[slot] = IDLE;
+                    self.release_all(t as usize)?;
                 }
             }
         }
@@ -223,22 +255,43 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
+    /// Counts slot `slot`'s tenant's hold of it up to `now`.
+    fn held_until(&mut self, slot: usize, now: Nanos) {
+        let st = &self.slots[slot];
+        let secs = u128::from(now.saturating_sub(st.since) / clock::SEC);
+        self.held_block_s[0] += u128::from(st.cap) * secs;
+        self.held_block_s[1] += u128::from(st.share_cap) * secs;
+    }
+
+    /// Tenant `t` gives back every gSSD it holds (job end, or eviction):
+    /// each goes back to the pool or home by the release rule.
+    fn release_all(&mut self, t: usize) -> Result<(), FleetError> {
+        let now = self.clock.now();
+        for g in std::mem::take(&mut self.tenant_gssds[t]) {
+            let g = g as usize;
+            self.held_until(g, now);
+            let r = self.pool.release(g as u64, t as u64, now)?;
+            if r.action == ReclaimAction::ReturnToPool {
+                self.c.returned_to_pool += 1;
+                let st = &mut self.slots[g];
+                st.tenant = NONE;
+                st.share_cap = 0;
+                st.share_bw = 0;
+            } else {
+                self.c.erased_on_release += 1;
+                self.slots[g] = IDLE;
+            }
+        }
+        Ok(())
+    }
+
     fn end_job(&mut self, t: usize) -> Result<(), FleetError> {
         if self.status[t] != Status::Running {
             return Ok(());
         }
-        let g = self.tenant_gssd[t] as usize;
-        let r = self.pool.release(g as u64, t as u64, self.clock.now())?;
+        self.release_all(t)?;
         self.status[t] = Status::Done;
-        self.tenant_gssd[t] = NONE;
         self.c.completed += 1;
-        if r.action == ReclaimAction::ReturnToPool {
-            self.c.returned_to_pool += 1;
-            self.slots[g].tenant = NONE;
-        } else {
-            self.c.erased_on_release += 1;
-            self.slots[g] = IDLE;
-        }
         Ok(())
     }
 
@@ -250,19 +303,42 @@ impl<'a> Run<'a> {
         let now = self.clock.now();
         let tn = self.f.tenants[t];
         self.c.requests += 1;
-        let q = tn.demand.quantized(&self.cfg);
-        match self.pool.harvest(t as u64, &q, now)? {
-            Some(g) => {
+        // One gSSD that covers the demand, else several (the daemon's
+        // `create_volume`), all or nothing.
+        let got = if self.split {
+            self.pool.harvest_split(t as u64, &tn.demand, now)?
+        } else {
+            let q = tn.demand.quantized(&self.cfg);
+            self.pool.harvest(t as u64, &q, now)?.map(|g| vec![g])
+        };
+        match got {
+            Some(gs) => {
                 self.c.served += 1;
+                if gs.len() > 1 {
+                    self.c.split_served += 1;
+                    self.c.split_gssds += gs.len() as u64;
+                }
                 self.status[t] = Status::Running;
-                self.tenant_gssd[t] = g.id as u32;
-                self.slots[g.id as usize].tenant = t as u32;
-                ends.push(Reverse((now + tn.demand.duration, t as u32)));
-                let granted = Resources {
-                    capacity: g.capacity,
-                    bandwidth: g.bandwidth,
-                    duration: g.expiry - now,
+                let (mut cap, mut bw) = (tn.demand.capacity, tn.demand.bandwidth);
+                let mut granted = Resources {
+                    capacity: 0,
+                    bandwidth: 0,
+                    duration: Nanos::MAX,
                 };
+                for g in &gs {
+                    let st = &mut self.slots[g.id as usize];
+                    st.tenant = t as u32;
+                    st.share_cap = cap.min(g.capacity);
+                    st.share_bw = bw.min(g.bandwidth);
+                    st.since = now;
+                    cap -= st.share_cap;
+                    bw -= st.share_bw;
+                    granted.capacity += g.capacity;
+                    granted.bandwidth += g.bandwidth;
+                    granted.duration = granted.duration.min(g.expiry - now);
+                }
+                self.tenant_gssds[t] = gs.iter().map(|g| g.id as u32).collect();
+                ends.push(Reverse((now + tn.demand.duration, t as u32)));
                 if let Some((b, c)) = classify(granted, granted, tn.demand.into()).waste {
                     self.c.waste_blocks += b;
                     self.c.waste_channels += c as u64;
@@ -360,7 +436,10 @@ impl<'a> Run<'a> {
             self.slots[g.id as usize] = IDLE;
         }
         for id in rep.expired_in_use {
-            self.reclaim(id as usize)?;
+            // An eviction earlier in this loop may have released it.
+            if self.pool.get(id).is_some_and(|g| g.in_use()) {
+                self.reclaim(id as usize)?;
+            }
         }
         Ok(())
     }
@@ -390,8 +469,7 @@ impl<'a> Run<'a> {
             lent: true,
             cap,
             bw,
-            tenant: NONE,
-            group: [0; UNSOLD_GROUP],
+            ..IDLE
         };
         let k = group.len().min(UNSOLD_GROUP);
         st.group[..k].copy_from_slice(&group[..k]);
@@ -576,8 +654,8 @@ impl<'a> Run<'a> {
                     if st.tenant != NONE {
                         let tn = &tenants[st.tenant as usize];
                         let i = if sold { tn.intensity } else { 1.0 };
-                        tc += tn.demand.capacity as f64;
-                        tb += tn.demand.bandwidth as f64 * i as f64;
+                        tc += st.share_cap as f64;
+                        tb += st.share_bw as f64 * i as f64;
                     }
                 }
                 if used_b + lent_b > home.blocks
@@ -620,6 +698,16 @@ impl<'a> Run<'a> {
             ssd.samples += 1;
             progress();
         }
+        let end = n as Nanos * STEP;
+        for slot in 0..self.slots.len() {
+            if self.slots[slot].tenant != NONE {
+                self.held_until(slot, end);
+            }
+        }
+        // GB-hours: a channel is 64 GB.
+        let gb_h = |bs: u128| (bs * 64 / (u128::from(self.f.cfg.blocks_per_channel) * 3600)) as u64;
+        self.c.capacity_gb_hours = gb_h(self.held_block_s[0]);
+        self.c.used_gb_hours = gb_h(self.held_block_s[1]);
         self.c.running_at_end = self
             .status
             .iter()
