@@ -295,33 +295,14 @@ impl QuantileDuration {
         }
         let cap_s = self.cap as f32 / SEC as f32;
         let e = self.starts[i].map_or(0.0, |s| (now.saturating_sub(s) as f64 / SEC as f64) as f32);
-        // Runs that outlived `e`, as remaining time. A run that reached the
-        // cap is censored there: it lasted at least the cap, how much longer
-        // is unknown. Before the cap it promises what is left of the cap (a
-        // lower bound, as a low quantile wants). Past the cap nothing bounds
-        // it any more, and it promises the cap again, the longest anything is
-        // predicted: counting it as ending exactly at the cap made every home
-        // idle for longer than the cap predict zero and lend nothing again.
+        // Runs that outlived `e` (or reached the cap), as remaining time.
         let alive = |d: f32| d > e || d >= cap_s;
-        let left = |d: f32| {
-            if d >= cap_s && e >= cap_s {
-                cap_s
-            } else {
-                (d - e).max(0.0)
-            }
-        };
         let mut own: Vec<f32> = self.runs[i]
             .iter()
             .copied()
             .filter(|&d| alive(d))
-            .map(left)
+            .map(|d| (d - e).max(0.0))
             .collect();
-        // The run in progress, once it has reached the cap, is such a run
-        // too, though it has not ended: without it, a home idle since it was
-        // first seen has no run at all and is promised nothing.
-        if self.starts[i].is_some() && e >= cap_s {
-            own.push(cap_s);
-        }
         own.sort_by(f32::total_cmp);
         let pri: Vec<f32> = self
             .prior
@@ -331,7 +312,7 @@ impl QuantileDuration {
                     .iter()
                     .copied()
                     .filter(|&d| alive(d))
-                    .map(left)
+                    .map(|d| (d - e).max(0.0))
                     .collect()
             })
             .unwrap_or_default();
@@ -480,33 +461,6 @@ mod tests {
         z.zero = 1.0;
         assert_eq!(z.predict_at(0, t, &[0.05])[0], 0);
         assert!(z.predict_at(0, t, &[0.2])[0] > 0);
-    }
-
-    #[test]
-    fn a_home_idle_past_the_cap_is_still_promised_the_cap() {
-        let c = PredictorConfig {
-            quantile: crate::config::QuantileConfig {
-                zero_weight: 0.0,
-                ..Default::default()
-            },
-            ..cfg()
-        };
-        let cap = secs(c.duration.cap_s());
-        // Idle since it was first seen, for longer than the cap: no run has
-        // ended, but the one in progress is already a capped run.
-        let mut m = QuantileDuration::new(&c, None).unwrap();
-        m.observe(0, 0);
-        assert_eq!(m.predict(0, cap / 2), 0, "nothing known before the cap");
-        assert_eq!(m.predict(0, cap + 3600 * SEC), cap);
-        // A capped run that ended, then a new idle run: before the cap it
-        // promises what is left of the cap, past the cap the cap again.
-        let mut m = QuantileDuration::new(&c, None).unwrap();
-        m.observe(0, 0);
-        m.observe(2 * cap, 5);
-        let t = 2 * cap + 60 * SEC;
-        m.observe(t, 0);
-        assert_eq!(m.predict(0, t + cap / 4), cap - cap / 4);
-        assert_eq!(m.predict(0, t + 2 * cap), cap);
     }
 
     #[test]
