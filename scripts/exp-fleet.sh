@@ -232,7 +232,11 @@ P(f"* **Our quantile model lends almost nothing in this fleet** (served {q.get('
   "12.5 hours, so once a home has been idle longer than that (all the stable homes, after 24 hours of warm-up) every remaining time it "
   "predicts is zero, and the policy lends nothing; without a prior a run that has not ended yet is not counted at all. The LSTMs "
   "classify durations up to the cap and do lend. Treating runs that reached the cap as lasting at least the cap from any age is the fix this points at "
-  "(in `crates/predict`, which the daemon shares; not changed here).")
+  "(in `crates/predict`, which the daemon shares; not changed here). Tried (commit 9e52dbe, reverted): a capped run promises the cap again "
+  "once the current run is past the cap, and the run in progress counts once it reaches the cap. On this fleet `quantile-prior` then served "
+  "33 of 180 (1.10x VM capacity) and plain `quantile` still 0 (one run against the zero-length run's weight promises nothing); but on "
+  "`predict.md`'s artifact test inputs the prior model's bandwidth-duration accuracy fell from 95.4% to 87.0% at 0% provisioning (88.3% at "
+  "5%, under the 93% goal), for waste 82.8% -> 58.2%. Which side of that trade-off the daemon should take is not settled.")
 a = sc(real, "sold")["vm_capacity"]; b = sc(real, "sold")["vm_bandwidth"]; u = sc(real, "unsold")["ssd_capacity"]
 c = sc(real, "sold")["counters"]
 P(f"* **Baselines differ from the paper's.** Our regular VMs' bandwidth use is {pct(b['avg_before'])} on average (the Alibaba "
