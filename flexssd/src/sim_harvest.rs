@@ -329,27 +329,23 @@ fn write_csv(path: &Path, reports: &[ScenarioReport]) -> Result<()> {
                     s.under60_max_after,
                 ),
             ] {
-                w.write_record([
-                    r.scenario.name().to_string(),
-                    r.predictor.clone(),
-                    u.to_string(),
-                    res.to_string(),
-                    sub.to_string(),
-                    n.to_string(),
-                    format!("{ab:.4}"),
-                    format!("{aa:.4}"),
-                    format!("{mb:.4}"),
-                    format!("{ma:.4}"),
-                    c.requests.to_string(),
-                    c.served.to_string(),
-                    c.split_served.to_string(),
-                    c.capacity_gb_hours.to_string(),
-                    c.used_gb_hours.to_string(),
-                    c.reclamations.to_string(),
-                    c.migrations.to_string(),
-                    c.exceptions.to_string(),
-                    "synthetic".to_string(),
-                ])?;
+                w.write_record(
+                    [
+                        r.scenario.name().to_string(),
+                        r.predictor.clone(),
+                        u.to_string(),
+                        res.to_string(),
+                        sub.to_string(),
+                        n.to_string(),
+                        format!("{ab:.4}"),
+                        format!("{aa:.4}"),
+                        format!("{mb:.4}"),
+                        format!("{ma:.4}"),
+                    ]
+                    .into_iter()
+                    .chain(counter_fields(c))
+                    .chain(["synthetic".to_string()]),
+                )?;
             }
         }
     }
@@ -506,26 +502,21 @@ fn write_per_predictor(path: &Path, solds: &[&ScenarioReport]) -> Result<()> {
     ])?;
     for r in solds {
         let (c, v, b) = (&r.counters, &r.vm_capacity, &r.vm_bandwidth);
-        w.write_record([
-            r.predictor.clone(),
-            r.homes.to_string(),
-            c.requests.to_string(),
-            c.served.to_string(),
-            c.split_served.to_string(),
-            c.capacity_gb_hours.to_string(),
-            c.used_gb_hours.to_string(),
-            c.reclamations.to_string(),
-            c.migrations.to_string(),
-            c.exceptions.to_string(),
-            format!("{:.4}", v.avg_before),
-            format!("{:.4}", v.avg_after),
-            v.under60_units.to_string(),
-            format!("{:.4}", v.under60_avg_before),
-            format!("{:.4}", v.under60_avg_after),
-            format!("{:.4}", b.avg_before),
-            format!("{:.4}", b.avg_after),
-            "synthetic".to_string(),
-        ])?;
+        w.write_record(
+            [r.predictor.clone(), r.homes.to_string()]
+                .into_iter()
+                .chain(counter_fields(c))
+                .chain([
+                    format!("{:.4}", v.avg_before),
+                    format!("{:.4}", v.avg_after),
+                    v.under60_units.to_string(),
+                    format!("{:.4}", v.under60_avg_before),
+                    format!("{:.4}", v.under60_avg_after),
+                    format!("{:.4}", b.avg_before),
+                    format!("{:.4}", b.avg_after),
+                    "synthetic".to_string(),
+                ]),
+        )?;
     }
     w.flush()
         .with_context(|| format!("write {}", path.display()))?;
@@ -661,4 +652,19 @@ where
         ])?;
     }
     Ok(())
+}
+
+/// The counters both CSVs carry, in their column order: requests, served,
+/// split, capacity and used GB-hours, reclamations, migrations, exceptions.
+fn counter_fields(c: &fleet::Counters) -> [String; 8] {
+    [
+        c.requests.to_string(),
+        c.served.to_string(),
+        c.split_served.to_string(),
+        c.capacity_gb_hours.to_string(),
+        c.used_gb_hours.to_string(),
+        c.reclamations.to_string(),
+        c.migrations.to_string(),
+        c.exceptions.to_string(),
+    ]
 }
