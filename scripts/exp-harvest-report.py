@@ -60,7 +60,8 @@ rows = []
 for pol, rep, cfg, load1 in runs:
     tag = f"{pol}-{rep}-{cfg}"
     row = {"policy": pol, "rep": rep, "config": cfg, "load1": load1,
-           "hv_mib_s": "", "r_iops": "", "r_p95_us": "", "gssd_channels": "", "gssd_mib": ""}
+           "hv_mib_s": "", "r_iops": "", "r_p95_us": "", "gssd_channels": "", "gssd_mib": "",
+           "ended_on": ""}
     if os.path.exists(f"{work}/hv-{tag}.json"):
         row["hv_mib_s"] = round(hv_bw(tag), 1)
     iops, p95 = r_stats(tag)
@@ -71,6 +72,10 @@ for pol, rep, cfg, load1 in runs:
         segs = [g[s["gssd"]] for s in v["segments"]]
         row["gssd_channels"] = "+".join(str(x["bandwidth"]) for x in segs)
         row["gssd_mib"] = "+".join(f"{x['capacity_bytes'] / 2**20:.0f}" for x in segs)
+        if os.path.exists(f"{work}/vol-after-{tag}.json"):
+            after = load(f"{work}/vol-after-{tag}.json")
+            moved = [s["gssd"] for s in after["segments"]] != [s["gssd"] for s in v["segments"]]
+            row["ended_on"] = "moved" if moved else "same gSSD"
     rows.append(row)
 with open(f"{out}/harvest-fig18.csv", "w", newline="") as f:
     w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
