@@ -207,9 +207,13 @@ fig18_run() {
   # volume), as in the warm-up: an idle R would be a level the predictors never
   # saw, with no history of how long it lasts. start_r stops it and starts the
   # measured run.
-  fio --ioengine=nbd --uri="$(uri R)" --name=pad --rw=randread --bs=4k --iodepth=16 --size=32M \
-    --time_based --runtime=120 --rate_iops="$R_RATE" --rate_process=poisson >/dev/null 2>&1 &
-  PAD=$!  # fio itself, so that stop_pad stops it
+  # fio itself (exec), so that stop_pad stops the I/O; the EXIT trap is reset
+  # first, or a kill before the exec would run it and stop the daemon.
+  local ru
+  ru=$(uri R)
+  (trap - EXIT; exec fio --ioengine=nbd --uri="$ru" --name=pad --rw=randread --bs=4k --iodepth=16 \
+    --size=32M --time_based --runtime=120 --rate_iops="$R_RATE" --rate_process=poisson >/dev/null 2>&1) &
+  PAD=$!
   case $cfg in
     alone)
       stop_pad
