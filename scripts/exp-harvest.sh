@@ -197,23 +197,37 @@ precondition() {
   fio --name=trim --ioengine=nbd --uri="$(uri HV)" --rw=trim --bs=1M --iodepth=4 --offset=160M >/dev/null
 }
 
-stop_pad() { kill "$PAD" 2>/dev/null || true; wait "$PAD" 2>/dev/null || true; }
+stop_pad() {
+  [ -n "${PAD:-}" ] || return 0
+  # Only once the child is fio: a bash child killed before its exec would run
+  # the EXIT trap and stop the daemon.
+  for _ in $(seq 1 100); do
+    [ "$(cat "/proc/$PAD/comm" 2>/dev/null)" = fio ] && break
+    sleep 0.02
+  done
+  kill "$PAD" 2>/dev/null || true
+  wait "$PAD" 2>/dev/null || true
+  PAD=
+}
 
 # One Figure-18 run: policy $1, repetition $2, configuration $3.
 fig18_run() {
   local pol=$1 rep=$2 cfg=$3 tag="$1-$2-$3" vol="" gid=""
   r_burst
-  # R's base load goes on while HV sets up (waits for a gSSD, asks, fills its
-  # volume), as in the warm-up: an idle R would be a level the predictors never
-  # saw, with no history of how long it lasts. start_r stops it and starts the
-  # measured run.
-  # fio itself (exec), so that stop_pad stops the I/O; the EXIT trap is reset
-  # first, or a kill before the exec would run it and stop the daemon.
-  local ru
-  ru=$(uri R)
-  (trap - EXIT; exec fio --ioengine=nbd --uri="$ru" --name=pad --rw=randread --bs=4k --iodepth=16 \
-    --size=32M --time_based --runtime=120 --rate_iops="$R_RATE" --rate_process=poisson >/dev/null 2>&1) &
-  PAD=$!
+  # For sold and unsold, R's base load goes on while HV sets up (waits for a
+  # gSSD, asks, fills its volume), as in the warm-up: an idle R would be a
+  # level the predictors never saw, with no history of how long it lasts.
+  # stop_pad stops it before the measured run.
+  PAD=
+  if [ "$cfg" = sold ] || [ "$cfg" = unsold ]; then
+    local ru
+    ru=$(uri R)
+    # fio itself (exec), so that stopping it stops the I/O; the trap is reset
+    # first, so the subshell never runs the script's EXIT trap.
+    (trap - EXIT; exec fio --ioengine=nbd --uri="$ru" --name=pad --rw=randread --bs=4k --iodepth=16 \
+      --size=32M --time_based --runtime=120 --rate_iops="$R_RATE" --rate_process=poisson >/dev/null 2>&1) &
+    PAD=$!
+  fi
   case $cfg in
     alone)
       stop_pad
