@@ -17,6 +17,8 @@
 # set at half of its measured maximum (the paper's "regular VM at 50%"), and
 # before every measurement a 2-second burst (128 KiB reads at queue depth 16
 # plus 16 MiB of new data, trimmed after the burst): an idle-with-bursts pattern.
+# Its base load also runs while HV sets up a sold or unsold run (an idle R is a
+# level the predictors never saw).
 # For the predicted policy the predictors (model = "quantile", 1-second windows,
 # 1-second duration granule; see WARM below) first learn WARM cycles of that
 # pattern (burst, then GAP seconds of base load), so that they predict the gap.
@@ -40,6 +42,7 @@
 # Then the reclaim time of a full unsold gSSD (as before): a regular vSSD buys
 # exactly its channels, the volume migrates, the old gSSD is erased.
 #
+# Took 14 min 51 s with the defaults on 2 shared cores (docs/results/harvest.md).
 # Writes to docs/results/: harvest-fig18.csv (every run), harvest-fig18-summary.csv
 # (means and min-max), harvest-fig18.svg, harvest-fig19.csv, harvest-fig19.svg,
 # harvest-lending.csv (what each policy lent), harvest-summary.csv.
