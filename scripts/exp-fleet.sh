@@ -236,7 +236,7 @@ P(f"* **Our quantile model lends almost nothing in this fleet** (served {q.get('
   "once the current run is past the cap, and the run in progress counts once it reaches the cap. On this fleet `quantile-prior` then served "
   "33 of 180 (1.10x VM capacity) and plain `quantile` still 0 (one run against the zero-length run's weight promises nothing); but on "
   "`predict.md`'s artifact test inputs the prior model's bandwidth-duration accuracy fell from 95.4% to 87.0% at 0% provisioning (88.3% at "
-  "5%, under the 93% goal), for waste 82.8% -> 58.2%. Which side of that trade-off the daemon should take is not settled.")
+  "5%, under the 93% goal), for waste 82.8% -> 58.2% (`flexssd sim harvest --regular 12 --harvest 180 --hours 48 --seed 1 --scenario sold --predictor oracle,quantile,quantile-prior,last` and `flexssd sim predict --split <predict-split.txt without cloudphysics> --traces ../shared/traces --models quantile --ratios 0,5`, each with the binary before and after that commit). Which side of that trade-off the daemon should take is not settled.")
 a = sc(real, "sold")["vm_capacity"]; b = sc(real, "sold")["vm_bandwidth"]; u = sc(real, "unsold")["ssd_capacity"]
 c = sc(real, "sold")["counters"]
 P(f"* **Baselines differ from the paper's.** Our regular VMs' bandwidth use is {pct(b['avg_before'])} on average (the Alibaba "

@@ -45,13 +45,10 @@ impl DemandRt {
 /// The prefix of the volumes `tenant`'s predictor asks for: the tenant's
 /// name, cut to 40 bytes so that a name with the seconds after it stays within
 /// the 64 characters a name may have (the volume's tenant field, not its
-/// name, ties it to the tenant).
+/// name, ties it to the tenant). vSSD names are ASCII (`valid_name`), so any
+/// cut is a character boundary.
 fn auto_prefix(tenant: &str) -> String {
-    let cut = (0..=tenant.len().min(40))
-        .rev()
-        .find(|&i| tenant.is_char_boundary(i))
-        .unwrap_or(0);
-    format!("{}-auto-", &tenant[..cut])
+    format!("{}-auto-", &tenant[..tenant.len().min(40)])
 }
 
 /// A name for a volume `tenant`'s predictor asks for at `now`.
