@@ -468,6 +468,14 @@ async fn serve(
                 }
             }
         });
+        // Early reclamation between periods, when a home's write path asks
+        // for its lent flash: a thread of its own, since writes waiting for
+        // room may occupy the runtime's workers.
+        let (m, rx) = (mgr.clone(), stop_rx.clone());
+        std::thread::Builder::new()
+            .name("flexssd-reclaim".into())
+            .spawn(move || m.serve_pressure(|| *rx.borrow()))
+            .context("starting the reclaim thread")?;
         info!(tick_ms = cfg.harvest.tick_ms, "harvester running");
     }
     if let Some(cl) = &cfg.cluster {

@@ -122,6 +122,8 @@ pub struct HostManager {
     /// whose [`ReclaimHook`](crate::harvester::ReclaimHook) the vSSD lifecycle
     /// calls); it reaches the host through `HarvestHost`.
     harvester: Arc<dyn Harvesting>,
+    /// Homes whose write path asked for their lent flash back (see `pressure`).
+    pressure: Arc<pressure::PressureBoard>,
 }
 
 impl std::fmt::Debug for HostManager {
@@ -261,6 +263,7 @@ impl HostManager {
             ckpt,
             lifecycle: Mutex::new(()),
             harvest_period: Mutex::new(()),
+            pressure: Arc::default(),
             state: RwLock::new(State {
                 devices: entries,
                 vssds: BTreeMap::new(),
@@ -396,6 +399,7 @@ impl HostManager {
     /// exported unless `publish` is false (a tier's cache vSSD is the tier's
     /// alone, and never visible to NBD clients, not even for a moment).
     fn insert_entry_locked(&self, st: &mut State, rec: VssdRecord, vssd: Arc<Vssd>, publish: bool) {
+        self.hook_pressure(&vssd);
         let w = self.exports.wrap(vssd.clone());
         let (export, io) = (w.export, w.io);
         let gate = self.attach_gate(st, &rec);
@@ -735,6 +739,7 @@ pub use sla::VssdSlaInfo;
 
 mod harvest_host;
 mod place;
+mod pressure;
 mod views;
 pub use views::{
     DeviceInfo, EraseCounts, FlashMap, FlashOwner, FlashOwnerKind, HostStats, VssdInfo, VssdStats,

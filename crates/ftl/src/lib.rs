@@ -21,7 +21,9 @@
 //!   some channels and hands them out as [`Extent`]s on which a ghost vSSD (another
 //!   `Vssd`, another owner id) is built; the home never touches them until
 //!   [`Vssd::take_back`] erases them, [`Vssd::needs_reclaim`] says when it wants
-//!   them back, and `VssdConfig::lent` makes the lent state survive restarts.
+//!   them back (and [`Vssd::on_pressure`] signals it from the write path, where a
+//!   write that ran out of space waits for the blocks instead of failing), and
+//!   `VssdConfig::lent` makes the lent state survive restarts.
 
 mod checkpoint;
 mod error;
@@ -31,4 +33,6 @@ mod vssd;
 pub use checkpoint::{CheckpointStore, DirCheckpoints, MemCheckpoints};
 pub use error::FtlError;
 pub use gc::GcPolicyKind;
-pub use vssd::{default_capacity, max_capacity, Extent, FtlStats, Vssd, VssdConfig};
+pub use vssd::{
+    default_capacity, max_capacity, Extent, FtlStats, Pressure, PressureHook, Vssd, VssdConfig,
+};

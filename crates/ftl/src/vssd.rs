@@ -12,6 +12,8 @@
 //! * `io`: the host data path at page level (reads, writes, read-modify-write,
 //!   trim records);
 //! * `lend`: lending blocks to ghost vSSDs;
+//! * `room`: the write path's side of reclaiming lent blocks (a signal, and
+//!   writes that wait for the blocks instead of failing);
 //! * `sync`: group commit of the vSSD's own dirty pages (`FLUSH`, FUA).
 //!
 //! This file holds the [`Vssd`] itself (its state behind one lock), its lifecycle
@@ -35,11 +37,13 @@ mod io;
 mod lend;
 mod mapping;
 mod recovery;
+mod room;
 mod sync;
 
 pub(crate) use alloc::{BState, Blk, PuState, GC_RESERVE};
 pub use config::{default_capacity, max_capacity, Extent, FtlStats, VssdConfig};
 pub(crate) use mapping::{Mapping, TRIM_REC, UNMAPPED};
+pub use room::{Pressure, PressureHook};
 
 /// Most logical pages one [`BlockDev::allocation`] call looks at (under the
 /// vSSD's lock): 256 Ki pages, 1 GiB of 4 KiB pages, about 100 µs. A longer
@@ -83,6 +87,9 @@ pub(crate) struct Inner {
     /// The sets of the group syncs running now, by token: not durable until
     /// they finish, and GC must see them (see `Vssd::erase_after_moves`).
     pub(crate) syncing: Vec<(u64, DirtySet)>,
+    /// Take-backs so far: a write waiting for room (see `room`) waits for this
+    /// to change.
+    pub(crate) returned: u64,
 }
 
 /// A virtual SSD. Implements [`BlockDev`]; every method is thread-safe.
@@ -103,6 +110,9 @@ pub struct Vssd {
     syncs: sync::SyncGroup,
     /// Tokens of `Inner::syncing`.
     sync_tokens: std::sync::atomic::AtomicU64,
+    /// Who hears when the vSSD wants its lent blocks back, and the writes
+    /// waiting for them.
+    room: room::Room,
 }
 
 impl std::fmt::Debug for Vssd {
@@ -137,6 +147,7 @@ impl Vssd {
             lending: Vec::new(),
             dirty: DirtySet::new(),
             syncing: Vec::new(),
+            returned: 0,
         };
         Ok(Self {
             policy: cfg.gc.build(),
@@ -152,6 +163,7 @@ impl Vssd {
             lend_lock: Mutex::new(()),
             syncs: sync::SyncGroup::default(),
             sync_tokens: std::sync::atomic::AtomicU64::new(0),
+            room: room::Room::default(),
         })
     }
 
@@ -290,6 +302,8 @@ impl Vssd {
         }
         inner.map.l2p.fill(UNMAPPED);
         inner.map.p2l.fill(UNMAPPED);
+        drop(g);
+        self.room.wake();
         self.dev.sync()?;
         self.ckpt.remove(self.cfg.id)?;
         Ok(done)
@@ -394,12 +408,7 @@ impl BlockDev for Vssd {
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
         check_range(offset, data.len() as u64, self.cfg.capacity_bytes)?;
-        let done = {
-            let mut g = self.inner.lock();
-            self.check_alive(&g)?;
-            let now = self.clock.now();
-            self.write_bytes(&mut g, offset, data, now)?
-        };
+        let done = self.with_room(|g, now| self.write_bytes(g, offset, data, now))?;
         self.sync_if(fua)?;
         Ok(done)
     }

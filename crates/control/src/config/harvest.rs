@@ -57,8 +57,16 @@ pub struct HarvestSettings {
     /// Histogram policy: the quantile of past unsold stretches a new unsold
     /// gSSD is given (0–1; default 0.2: four in five past ones lasted longer).
     pub unsold_quantile: f64,
-    /// Time an evicted harvest volume gets to move off, seconds. Default 300.
+    /// Time an evicted harvest volume gets to move off, seconds. Default 300
+    /// (cut short if its home runs out of room first: regular tenants come
+    /// first, as in the paper).
     pub eviction_grace_s: u64,
+    /// How long a regular tenant's write that ran out of room, with its blocks
+    /// lent, waits for them to come back before it fails with ENOSPC, in
+    /// milliseconds. Default 10000; 0: it fails at once. The home asks for
+    /// its blocks from the write path, so the wait is one erase or one
+    /// migration, not a period.
+    pub reclaim_wait_ms: u64,
     /// Copy unit of a live migration, bytes. Default 1 MiB.
     pub migrate_chunk_bytes: u64,
     /// Bandwidth limit of a live migration's background copy, bytes per second
@@ -116,6 +124,7 @@ impl Default for HarvestSettings {
             unsold_policy: UnsoldPolicyKind::Histogram,
             unsold_quantile: 0.2,
             eviction_grace_s: 300,
+            reclaim_wait_ms: 10_000,
             migrate_chunk_bytes: 1 << 20,
             migrate_rate: ByteSize(0),
             priority_slack_us: 1,

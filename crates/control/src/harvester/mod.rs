@@ -213,6 +213,14 @@ pub trait Harvesting: ReclaimHook {
     /// # Errors
     /// The first act that failed.
     fn tick(&self, host: &dyn HarvestHost) -> Result<usize>;
+    /// Between periods, homes' write paths asked for their lent flash back:
+    /// early reclamation where needed, now; the evictions of the homes in
+    /// `out` (a write waiting with no room) fall due at once. The host holds
+    /// its lifecycle lock.
+    ///
+    /// # Errors
+    /// The first reclamation that failed.
+    fn reclaim_pressed(&self, host: &dyn HarvestHost, out: &[String]) -> Result<()>;
     /// A harvest tenant asks for flash (the host holds its lifecycle lock).
     ///
     /// # Errors
@@ -257,6 +265,12 @@ impl Harvesting for Harvester {
     }
     fn tick(&self, host: &dyn HarvestHost) -> Result<usize> {
         Harvester::tick(self, host)
+    }
+    fn reclaim_pressed(&self, host: &dyn HarvestHost, out: &[String]) -> Result<()> {
+        if !self.settings.enabled {
+            return Ok(());
+        }
+        Harvester::reclaim_pressed(self, host, out)
     }
     fn create_volume(
         &self,

@@ -420,6 +420,51 @@ impl Harvester {
         Ok(())
     }
 
+    /// Between periods, homes' write paths asked for their flash back
+    /// (`ftl::Pressure`): migrations that are done are wound up, and early
+    /// reclamation starts where a home needs it, now rather than at the next
+    /// period. A home in `out` has a write waiting with no room at all:
+    /// regular tenants come first, so the evictions of its gSSDs fall due now
+    /// (the harvest tenant's notice is cut short). The host holds its
+    /// lifecycle lock.
+    pub(super) fn reclaim_pressed(&self, host: &dyn HarvestHost, out: &[String]) -> Result<()> {
+        self.finish_migrations(host)?;
+        self.reclaim_where_needed(host)?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let cut: Vec<(GssdId, String)> = st
+            .gssds
+            .iter_mut()
+            .filter(|(_, g)| g.home.as_ref().is_some_and(|h| out.contains(h)))
+            .filter_map(|(&id, g)| match g.out {
+                Some(Outgoing::Evicting(t)) if t > now => {
+                    g.out = Some(Outgoing::Evicting(now));
+                    g.home.clone().map(|h| (id, h))
+                }
+                _ => None,
+            })
+            .collect();
+        for (id, home) in &cut {
+            let volume = st.volume_of_gssd(*id);
+            self.event(
+                &mut st,
+                HarvestEventKind::Evicted,
+                Some(*id),
+                volume.as_deref(),
+                Some(home),
+                format!("{home} is out of room with a write waiting: gSSD {id}'s notice ends now"),
+            );
+        }
+        drop(st);
+        if cut.is_empty() {
+            return Ok(());
+        }
+        self.due_evictions(host)
+    }
+
     /// A regular vSSD takes the channels of these gSSDs: the unsold ones among
     /// them teach the unsold policy how long such channels stay unsold.
     fn sold(&self, ids: &[GssdId]) {

@@ -474,6 +474,81 @@ fn early_reclamation_with_nowhere_to_go_evicts_with_a_deadline() {
     h.m.harvest_volume_release("v").unwrap();
 }
 
+/// Runs `f` with the host's reclaim thread serving pressure signals.
+fn with_reclaim_thread(h: &H, f: impl FnOnce()) {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            h.m.serve_pressure(|| stop.load(std::sync::atomic::Ordering::Relaxed))
+        });
+        // The thread installs the hooks first thing.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        f();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+}
+
+/// A home that writes its whole capacity between two periods, with blocks
+/// lent, gets them back from its write path (no period runs here) and loses
+/// nothing; without the reclaim thread the same fill runs out of room.
+#[test]
+fn a_home_filling_up_between_periods_gets_its_blocks_back_in_time() {
+    let h = mem("unsold = false");
+    regular(&h.m, "reg", &[0, 1, 2, 3, 4, 5]);
+    h.m.harvest_tick().unwrap();
+    assert!(!h.m.vssd("reg").unwrap().lent().is_empty());
+    let dev = export(&h.m, "reg");
+    let fill = |seed| {
+        let chunk = 64 << 10; // as check_all reads it
+        let mut off = 0;
+        while off < dev.size() {
+            dev.write(off, &pattern(seed + off, chunk), false)?;
+            off += chunk as u64;
+        }
+        Ok::<(), blockdev::IoError>(())
+    };
+    assert!(
+        matches!(fill(7), Err(blockdev::IoError::NoSpace(_))),
+        "the fill must need the lent blocks"
+    );
+    with_reclaim_thread(&h, || fill(8).unwrap());
+    check_all(&*dev, 8);
+    assert!(h.m.vssd("reg").unwrap().lent().is_empty());
+    assert!(kinds(&h.m).contains(&HarvestEventKind::Reclaimed));
+}
+
+/// A home whose write has no room left comes before its harvest tenant's
+/// notice: the eviction falls due at once, the range is detached, and the
+/// home's fill completes.
+#[test]
+fn a_home_out_of_room_cuts_its_harvest_tenants_notice_short() {
+    let h = mem("unsold = false");
+    regular(&h.m, "reg", &[0, 1, 2, 3, 4, 5]);
+    harvester(&h.m, "hv", &[6, 7]);
+    h.m.harvest_tick().unwrap();
+    let g = h.m.gssds().remove(0);
+    let mib = (g.capacity_bytes >> 20).max(1);
+    h.m.harvest_volume_create(&req("v", "hv", mib, 1, 300))
+        .unwrap();
+    let vol = export(&h.m, "v");
+    write_all(&*vol, 5);
+    let dev = export(&h.m, "reg");
+    with_reclaim_thread(&h, || write_all(&*dev, 9));
+    check_all(&*dev, 9);
+    let events = h.m.harvest_events(0);
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind == HarvestEventKind::Evicted && e.detail.contains("notice ends now")),
+        "{events:?}"
+    );
+    assert!(kinds(&h.m).contains(&HarvestEventKind::EvictionDone));
+    assert!(h.m.vssd("reg").unwrap().lent().is_empty());
+    // The harvest tenant's range is gone: I/O there fails, nothing is wrong.
+    assert!(vol.write(0, &[0u8; 4096], false).is_err());
+    h.m.harvest_volume_release("v").unwrap();
+}
+
 #[test]
 fn a_regular_vssd_gets_unsold_channels_back() {
     let h = mem("");

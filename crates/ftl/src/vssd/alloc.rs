@@ -153,7 +153,9 @@ impl Vssd {
         if g.pus[pu].free.len() <= GC_RESERVE {
             return Ok(None);
         }
-        Ok(Self::open_free_block(g, pu))
+        let b = Self::open_free_block(g, pu);
+        self.check_pressure(g, pu);
+        Ok(b)
     }
 
     /// Makes the least-worn free block of `pu` its active block, if it has one.

@@ -83,9 +83,11 @@ impl Vssd {
     /// unmapped and recorded in a durable trim record.
     pub(super) fn zero_range(&self, offset: u64, len: u64) -> IoResult {
         check_range(offset, len, self.cfg.capacity_bytes)?;
-        let mut g = self.inner.lock();
-        self.check_alive(&g)?;
-        let now = self.clock.now();
+        self.with_room(|g, now| self.zero_locked(g, offset, len, now))
+    }
+
+    /// [`Vssd::zero_range`] under the lock.
+    fn zero_locked(&self, g: &mut Inner, offset: u64, len: u64, now: Nanos) -> IoResult {
         let ps = self.page_size as u64;
         let end = offset + len;
         let mut done = now;
@@ -94,30 +96,25 @@ impl Vssd {
         if first_full >= last_full {
             // No whole page: zero in place within at most two pages.
             let zeros = vec![0u8; len as usize];
-            return self.write_bytes(&mut g, offset, &zeros, now);
+            return self.write_bytes(g, offset, &zeros, now);
         }
         if !offset.is_multiple_of(ps) {
             let n = (first_full * ps - offset) as usize;
-            done = done.max(self.write_bytes(&mut g, offset, &vec![0u8; n], now)?);
+            done = done.max(self.write_bytes(g, offset, &vec![0u8; n], now)?);
         }
         if !end.is_multiple_of(ps) {
             let n = (end - last_full * ps) as usize;
-            done = done.max(self.write_bytes(&mut g, last_full * ps, &vec![0u8; n], now)?);
+            done = done.max(self.write_bytes(g, last_full * ps, &vec![0u8; n], now)?);
         }
         let mut any = false;
         for lba in first_full..last_full {
             if g.map.l2p[lba as usize] != UNMAPPED {
                 any = true;
-                self.unmap(&mut g, lba);
+                self.unmap(g, lba);
             }
         }
         if any {
-            done = done.max(self.write_trim_record(
-                &mut g,
-                first_full,
-                last_full - first_full,
-                now,
-            )?);
+            done = done.max(self.write_trim_record(g, first_full, last_full - first_full, now)?);
         }
         Ok(done)
     }

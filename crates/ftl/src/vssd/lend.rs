@@ -219,6 +219,9 @@ impl Vssd {
             g.pus[pu].free.insert((ec, b));
         }
         g.lent.retain(|l| !extents.contains(l));
+        g.returned += 1;
+        drop(g);
+        self.room.wake();
         tracing::info!(vssd = %self.cfg.name, ?extents, "lent blocks taken back");
         Ok(done - now)
     }
@@ -239,18 +242,24 @@ impl Vssd {
     pub fn needs_reclaim(&self) -> bool {
         let g = self.inner.lock();
         g.lent.iter().any(|l| {
-            self.pus_on_channel(l.channel).into_iter().any(|pu| {
-                let st = &g.pus[pu];
-                let total = st.blocks.len();
-                let own = st
-                    .blocks
-                    .iter()
-                    .filter(|&&b| g.blocks[b as usize].state != BState::Lent)
-                    .count();
-                let headroom = own.saturating_sub(self.valid_blocks(&g, pu));
-                headroom < GC_ROOM + margin(total) / 2
-            })
+            self.pus_on_channel(l.channel)
+                .into_iter()
+                .any(|pu| self.pu_pressed(&g, pu))
         })
+    }
+
+    /// Whether unit `pu`'s headroom (blocks not lent, minus its valid data) is
+    /// below the reclaim threshold of [`Vssd::needs_reclaim`].
+    pub(super) fn pu_pressed(&self, g: &Inner, pu: usize) -> bool {
+        let st = &g.pus[pu];
+        let total = st.blocks.len();
+        let own = st
+            .blocks
+            .iter()
+            .filter(|&&b| g.blocks[b as usize].state != BState::Lent)
+            .count();
+        let headroom = own.saturating_sub(self.valid_blocks(g, pu));
+        headroom < GC_ROOM + margin(total) / 2
     }
 
     /// Erases every block of the vSSD's extents that holds data (lent ranges

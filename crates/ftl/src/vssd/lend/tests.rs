@@ -327,6 +327,101 @@ fn crash_before_config_is_persisted_loses_nothing() {
     check(&v, &m);
 }
 
+/// What a pressure hook heard, in order.
+type Heard = Arc<parking_lot::Mutex<Vec<Pressure>>>;
+
+fn listen(v: &Vssd, wait: std::time::Duration) -> Heard {
+    let heard: Heard = Arc::default();
+    let h = heard.clone();
+    v.on_pressure(Arc::new(move |_, p| h.lock().push(p)), wait);
+    heard
+}
+
+/// The write path signals `Low` as soon as the threshold is crossed, before any
+/// write runs out of space; a write that does run out waits for the lent blocks
+/// and succeeds once they are taken back: a full sequential fill with half the
+/// device lent loses nothing.
+#[test]
+fn a_write_out_of_room_waits_for_the_lent_blocks() {
+    let rig = Rig::new(geo());
+    let v = rig.create(rig.home_cfg(0..2, 1.0));
+    let heard = listen(&v, std::time::Duration::from_secs(30));
+    let n = v.lendable()[0].1;
+    v.lend(&[0], n).unwrap();
+    // The "harvester": takes everything back once a write is out of room.
+    let (vv, hh) = (v.clone(), heard.clone());
+    let reclaimer = std::thread::spawn(move || loop {
+        if hh.lock().contains(&Pressure::Out) {
+            vv.take_back(&vv.lent()).unwrap();
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    });
+    let m = MemDev::new(v.size());
+    let pages = v.size() / PS as u64;
+    let mut low_at = None;
+    for lba in 0..pages {
+        let p = page(lba, 0x5a);
+        v.write(lba * PS as u64, &p, false).unwrap();
+        m.write(lba * PS as u64, &p, false).unwrap();
+        if low_at.is_none() && heard.lock().contains(&Pressure::Low) {
+            low_at = Some(lba);
+        }
+    }
+    reclaimer.join().unwrap();
+    let heard = heard.lock().clone();
+    let first_out = heard.iter().position(|&p| p == Pressure::Out);
+    assert!(
+        first_out.is_some(),
+        "the fill never ran out of room: {heard:?}"
+    );
+    assert_eq!(heard[0], Pressure::Low, "Low must come first: {heard:?}");
+    assert!(
+        low_at.unwrap() + 4 * u64::from(rig.g.pages_per_block) < pages,
+        "Low came only at page {low_at:?} of {pages}"
+    );
+    assert!(v.lent().is_empty());
+    check(&v, &m);
+}
+
+/// A write that runs out of room waits at most the hook's limit, then fails
+/// with ENOSPC naming the wait; without a hook it fails at once; either way
+/// what was acknowledged reads back.
+#[test]
+fn a_write_out_of_room_fails_when_nothing_comes_back() {
+    let rig = Rig::new(geo());
+    let v = rig.create(rig.home_cfg(0..2, 1.0));
+    let n = v.lendable()[0].1;
+    v.lend(&[0], n).unwrap();
+    let m = MemDev::new(v.size());
+    let fill = |v: &Vssd| -> String {
+        for lba in 0..v.size() / PS as u64 {
+            let p = page(lba, 0x33);
+            match v.write(lba * PS as u64, &p, false) {
+                Ok(_) => {
+                    m.write(lba * PS as u64, &p, false).unwrap();
+                }
+                Err(IoError::NoSpace(msg)) => return msg,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        panic!("the fill never ran out of room");
+    };
+    let msg = fill(&v);
+    assert!(
+        !msg.contains("did not come back"),
+        "no hook, no wait: {msg}"
+    );
+    let heard = listen(&v, std::time::Duration::from_millis(20));
+    let msg = fill(&v);
+    assert!(
+        msg.contains("did not come back within 20 ms"),
+        "the error must say what it waited for: {msg}"
+    );
+    assert!(heard.lock().contains(&Pressure::Out));
+    check(&v, &m);
+}
+
 #[test]
 fn needs_reclaim_fires_well_before_no_space() {
     let rig = Rig::new(geo());
