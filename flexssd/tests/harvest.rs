@@ -309,3 +309,43 @@ fn bad_harvest_requests_are_refused_with_reasons() {
     assert_eq!(c, 400, "{v}");
     assert_eq!(gssds(&d), before);
 }
+
+/// A regular tenant that fills its whole vSSD at full speed, with a third of
+/// its blocks lent and no harvester period due for a minute, gets them back
+/// from its write path and never sees ENOSPC (it used to, until the next
+/// period looked at it).
+#[test]
+fn a_tenant_filling_its_vssd_between_periods_gets_its_lent_blocks_back() {
+    require!(have("fio"), "fio is not installed");
+    let cfg = HARVEST.replace("tick_ms = 100", "tick_ms = 60000");
+    let d = Daemon::start(&cfg);
+    wait_for("two gSSDs", Duration::from_secs(20), || {
+        gssds(&d).len() == 2
+    });
+    let filler = run_any(
+        "fio",
+        &[
+            "--ioengine=nbd",
+            "--rw=write",
+            "--bs=1m",
+            "--iodepth=4",
+            "--size=28m",
+            "--name=fill",
+            &format!("--uri={}", d.uri("a")),
+        ],
+    );
+    assert!(
+        filler.status.success(),
+        "the regular tenant's writes failed: {}\nevents:\n{}",
+        String::from_utf8_lossy(&filler.stderr),
+        cli_ok(&d, &["events"])
+    );
+    let (_, a) = http(&d, "GET", "/v1/vssds/a", None);
+    assert!(a.get("lent").is_none(), "{a}");
+    assert!(
+        event_kinds(&d).iter().any(|k| k == "reclaimed"),
+        "{}",
+        cli_ok(&d, &["events"])
+    );
+    assert_eq!(gssds(&d).len(), 1, "b's gSSD stays");
+}
