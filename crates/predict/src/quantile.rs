@@ -23,6 +23,12 @@
 //!   with `d > e` (survival analysis on the empirical distribution). The zero-length
 //!   run keeps a vSSD with few runs seen from promising much (a quantile below
 //!   `1 / (n + 1)` of `n` runs is not estimable); untrained the prediction is zero.
+//!   A run that has outlived every run seen (own and prior) is the one case the
+//!   empirical distribution cannot speak to: a home idle longer than ever, or at a
+//!   level it never exceeded, would be promised nothing however long it stays
+//!   idle. There the remaining time is read off the scale-free ("Lindy") prior for
+//!   a run of age `e`, `P(remaining <= t) = t / (e + t)`: `e · q / (1 - q)` at
+//!   quantile `q` (0.18 e at the default 0.15), so a longer idle promises more.
 //!
 //! Training is counting: an observation adds one transition and possibly one run, so
 //! the cost per window is a few memory writes; a prediction sorts at most `memory`
@@ -316,6 +322,20 @@ impl QuantileDuration {
                     .collect()
             })
             .unwrap_or_default();
+        if own.is_empty() && pri.is_empty() && e > 0.0 {
+            // The current run has outlived every run ever seen: the data say
+            // nothing about its end, only that it is the longest. Read its
+            // remaining time off the scale-free prior (the age is a uniform
+            // share of the whole run), where P(remaining <= t) = t / (e + t):
+            // at quantile q, e * q / (1 - q).
+            return qs
+                .iter()
+                .map(|&q| {
+                    let q = q.clamp(0.0, 0.99);
+                    secs((f64::from(e) * q / (1.0 - q)).min(f64::from(cap_s)))
+                })
+                .collect();
+        }
         let wp = if pri.is_empty() {
             0.0
         } else {
@@ -461,6 +481,29 @@ mod tests {
         z.zero = 1.0;
         assert_eq!(z.predict_at(0, t, &[0.05])[0], 0);
         assert!(z.predict_at(0, t, &[0.2])[0] > 0);
+    }
+
+    #[test]
+    fn a_run_longer_than_any_seen_promises_a_share_of_its_age() {
+        let c = cfg();
+        let mut m = QuantileDuration::new(&c, None).unwrap();
+        // Never above level 0: no run has ended at any level.
+        for w in 0..=100u64 {
+            m.observe(w * 18 * SEC, 0);
+        }
+        let age = 100 * 18; // seconds
+        let want = |q: f64| secs(age as f64 * q / (1.0 - q));
+        assert_eq!(m.predict_at(0, 100 * 18 * SEC, &[0.15])[0], want(0.15));
+        assert_eq!(m.predict_at(3, 100 * 18 * SEC, &[0.5])[0], want(0.5));
+        // Older, more: the promise grows with the age.
+        assert!(m.predict(0, 200 * 18 * SEC) > m.predict(0, 100 * 18 * SEC));
+        // One run seen that lasts longer than the current one: the data speak
+        // again (with the zero-length run at the default weight, nothing yet).
+        let mut m = QuantileDuration::new(&c, None).unwrap();
+        m.observe(0, 0);
+        m.observe(10_000 * SEC, 5);
+        m.observe(10_018 * SEC, 0);
+        assert_eq!(m.predict(0, 10_100 * SEC), 0);
     }
 
     #[test]
