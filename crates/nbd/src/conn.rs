@@ -5,9 +5,13 @@
 //!
 //! The reader owns the read half and an [`InBuf`]. For every request it calls the
 //! device synchronously (device calls are fast, in-memory model updates) and encodes
-//! the reply straight into the shared output buffer ([`OutBuf`]): a read's data is
-//! read by the device directly into its place in that buffer, behind the reply
-//! header, so a read costs no allocation and no copy besides the device's own.
+//! the reply straight into the shared output buffer ([`OutBuf`]): a small read's
+//! data is read by the device directly into its place in that buffer, behind the
+//! reply header, so it costs no allocation and no copy besides the device's own.
+//! A large read (see [`LARGE_READ`]) is read outside the buffer's lock into a
+//! buffer of its own, which is then *attached* to the queue (moved, not copied)
+//! and sent from there with a vectored write; the writer hands the buffer back
+//! for the next large read.
 //!
 //! The writer task owns the write half. It swaps the filled output buffer for its
 //! empty spare one (double buffering) under the lock, and writes the whole batch
@@ -74,8 +78,9 @@ const OUT_SHRINK_ABOVE: usize = 8 * 1024 * 1024;
 /// A write-payload buffer that grew past this is freed after use.
 const WBUF_KEEP: usize = 4 * 1024 * 1024;
 /// Reads at least this large are read outside the output queue's lock, into a
-/// buffer of their own, and then copied in: a device read under that lock keeps
-/// the writer from sending the replies already queued.
+/// buffer of their own, which is attached to the queue: a device read under that
+/// lock keeps the writer from sending the replies already queued, and copying
+/// the data in would cost a second copy of every byte.
 const LARGE_READ: usize = 32 * 1024;
 /// Reply bytes charged per deferred reply, besides its data.
 const DEFERRED_OVERHEAD: u32 = 256;
@@ -83,10 +88,23 @@ const DEFERRED_OVERHEAD: u32 = 256;
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An output buffer that stays initialised: `data[..used]` is queued output, and
-/// the rest is scratch space, so appending a read reply never zero-fills.
+/// the rest is scratch space, so appending a read reply never zero-fills. Large
+/// read payloads are not copied in: they are *attached* (moved, with the
+/// position in `data` they follow) and the writer sends them from where the
+/// device read them, with one vectored write on a socket.
 pub(crate) struct OutBuf {
     data: Vec<u8>,
     used: usize,
+    /// Attached payloads, in order: each goes out after `data[..at]`.
+    attached: Vec<Attached>,
+    attached_bytes: usize,
+}
+
+/// A read payload queued by ownership (see [`OutBuf`]).
+struct Attached {
+    at: usize,
+    buf: Vec<u8>,
+    len: usize,
 }
 
 impl OutBuf {
@@ -94,6 +112,8 @@ impl OutBuf {
         Self {
             data: vec![0u8; cap],
             used: 0,
+            attached: Vec::new(),
+            attached_bytes: 0,
         }
     }
 
@@ -112,6 +132,70 @@ impl OutBuf {
     fn push(&mut self, b: &[u8]) {
         self.slot(b.len()).copy_from_slice(b);
     }
+
+    /// Queues `buf[..len]` after what is queued now, without copying it.
+    fn attach(&mut self, buf: Vec<u8>, len: usize) {
+        debug_assert!(len <= buf.len());
+        self.attached_bytes += len;
+        self.attached.push(Attached {
+            at: self.used,
+            buf,
+            len,
+        });
+    }
+
+    /// Bytes queued, attached payloads included.
+    fn queued(&self) -> usize {
+        self.used + self.attached_bytes
+    }
+
+    /// The queued output in order, as slices.
+    fn pieces(&self) -> Vec<&[u8]> {
+        let mut out = Vec::with_capacity(2 * self.attached.len() + 1);
+        let mut pos = 0;
+        for a in &self.attached {
+            if a.at > pos {
+                out.push(&self.data[pos..a.at]);
+            }
+            if a.len > 0 {
+                out.push(&a.buf[..a.len]);
+            }
+            pos = a.at;
+        }
+        if self.used > pos {
+            out.push(&self.data[pos..self.used]);
+        }
+        out
+    }
+
+    /// Empties the buffer; returns the attached payloads' buffers for reuse.
+    fn clear(&mut self) -> impl Iterator<Item = Vec<u8>> + '_ {
+        self.used = 0;
+        self.attached_bytes = 0;
+        self.attached.drain(..).map(|a| a.buf)
+    }
+}
+
+/// Writes `pieces` in order: with vectored writes where the stream has them
+/// (sockets), else piece by piece (TLS, whose records are cut by the library).
+async fn write_pieces<W: AsyncWrite + Unpin>(w: &mut W, pieces: &[&[u8]]) -> std::io::Result<()> {
+    if pieces.len() == 1 || !w.is_write_vectored() {
+        for p in pieces {
+            w.write_all(p).await?;
+        }
+        return Ok(());
+    }
+    let mut slices: Vec<std::io::IoSlice<'_>> =
+        pieces.iter().map(|p| std::io::IoSlice::new(p)).collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let n = w.write_vectored(rest).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        std::io::IoSlice::advance_slices(&mut rest, n);
+    }
+    Ok(())
 }
 
 /// Appends a reply that carries no data: a simple reply on success (allowed in
@@ -216,16 +300,23 @@ fn put_read(
     }
 }
 
-/// Appends a read reply whose data was read earlier (emulation mode).
-fn put_read_data(out: &mut OutBuf, structured: bool, cookie: u64, offset: u64, data: &[u8]) {
-    if structured && data.is_empty() {
+/// Appends a read reply whose data was read earlier, into a buffer of its
+/// own (a large read, or any read in emulation mode): the header is copied in,
+/// the data attached.
+fn put_read_data(
+    out: &mut OutBuf,
+    structured: bool,
+    cookie: u64,
+    offset: u64,
+    data: Vec<u8>,
+    len: usize,
+) {
+    if structured && len == 0 {
         return put_empty_read(out, cookie);
     }
     let hlen = read_header_len(structured);
-    let slot = out.slot(hlen + data.len());
-    let (hdr, body) = slot.split_at_mut(hlen);
-    write_read_header(hdr, structured, cookie, offset, data.len());
-    body.copy_from_slice(data);
+    write_read_header(out.slot(hlen), structured, cookie, offset, len);
+    out.attach(data, len);
 }
 
 fn reject_message(errno: u32) -> &'static str {
@@ -246,7 +337,13 @@ struct State {
     closed: bool,
     /// A socket write failed: output is discarded and the reader stops.
     failed: bool,
+    /// Buffers of attached payloads the writer has sent, for the next large
+    /// reads (a fresh 128 KiB allocation is a fresh mapping, page faults and all).
+    free: Vec<Vec<u8>>,
 }
+
+/// Most sent payload buffers kept for reuse.
+const FREE_KEEP: usize = 16;
 
 /// What the reader, the writer and the pacer share.
 struct Shared {
@@ -283,7 +380,7 @@ async fn writer_loop<W: AsyncWrite + Unpin>(mut w: W, sh: Arc<Shared>) -> std::i
     loop {
         let wait = {
             let mut st = sh.state.lock();
-            if st.out.used == 0 {
+            if st.out.queued() == 0 {
                 if st.closed {
                     break;
                 }
@@ -302,7 +399,7 @@ async fn writer_loop<W: AsyncWrite + Unpin>(mut w: W, sh: Arc<Shared>) -> std::i
             continue;
         }
         // The flush is free on a socket; under TLS it sends the buffered records.
-        let sent = match w.write_all(&spare.data[..spare.used]).await {
+        let sent = match write_pieces(&mut w, &spare.pieces()).await {
             Ok(()) => w.flush().await,
             Err(e) => Err(e),
         };
@@ -310,7 +407,7 @@ async fn writer_loop<W: AsyncWrite + Unpin>(mut w: W, sh: Arc<Shared>) -> std::i
             let waiting = {
                 let mut st = sh.state.lock();
                 st.failed = true;
-                st.out.used = 0;
+                st.out.clear().for_each(drop);
                 std::mem::replace(&mut st.reader_waiting, false)
             };
             if waiting {
@@ -319,7 +416,17 @@ async fn writer_loop<W: AsyncWrite + Unpin>(mut w: W, sh: Arc<Shared>) -> std::i
             sh.writer_gone.notify_one();
             return Err(e);
         }
-        spare.used = 0;
+        if spare.attached.is_empty() {
+            spare.used = 0;
+        } else {
+            let mut st = sh.state.lock();
+            let free = &mut st.free;
+            for b in spare.clear() {
+                if free.len() < FREE_KEEP && b.len() <= WBUF_KEEP {
+                    free.push(b);
+                }
+            }
+        }
         if spare.data.len() > OUT_SHRINK_ABOVE {
             spare = OutBuf::new(OUT_INITIAL);
         }
@@ -359,9 +466,9 @@ async fn append<T>(
             if st.failed {
                 return Err(NbdError::WriterGone);
             }
-            if st.out.used < HIGH_WATER {
+            if st.out.queued() < HIGH_WATER {
                 let r = f(&mut st.out);
-                let wake = st.writer_idle && st.out.used >= KICK_AT;
+                let wake = st.writer_idle && st.out.queued() >= KICK_AT;
                 if wake {
                     st.writer_idle = false;
                 } else {
@@ -480,7 +587,7 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         }
         let wake = {
             let mut st = self.shared.state.lock();
-            st.out.used > 0 && std::mem::replace(&mut st.writer_idle, false)
+            st.out.queued() > 0 && std::mem::replace(&mut st.writer_idle, false)
         };
         if wake {
             self.shared.data_ready.notify_one();
@@ -713,6 +820,9 @@ impl<R: AsyncRead + Unpin> Conn<R> {
             vec![0u8; n]
         } else {
             let mut b = std::mem::take(&mut self.rbuf);
+            if b.is_empty() {
+                b = self.shared.state.lock().free.pop().unwrap_or_default();
+            }
             if b.len() < n {
                 b.resize(n, 0);
             }
@@ -757,13 +867,15 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                 .await
             }
             (Ok(_), _) => {
+                // The buffer goes with the reply; the writer hands it back.
+                let data = std::mem::take(&mut buf);
                 append(&self.shared, &mut self.kick_pending, |out| {
-                    put_read_data(out, structured, cookie, offset, &buf[..n])
+                    put_read_data(out, structured, cookie, offset, data, n)
                 })
                 .await
             }
         };
-        if self.pace.is_none() && buf.len() <= WBUF_KEEP {
+        if self.pace.is_none() && !buf.is_empty() && buf.len() <= WBUF_KEEP {
             self.rbuf = buf;
         }
         r
@@ -910,13 +1022,16 @@ impl<R: AsyncRead + Unpin> Conn<R> {
             unreachable!("deferred replies only happen with a pacing clock, which has a pacer");
         };
         pacer.schedule(t, move || {
-            shared.push_deferred(|out| match &d {
-                Deferred::Status { cookie } => put_status(out, structured, *cookie, Ok(())),
+            shared.push_deferred(|out| match d {
+                Deferred::Status { cookie } => put_status(out, structured, cookie, Ok(())),
                 Deferred::Data {
                     cookie,
                     offset,
                     data,
-                } => put_read_data(out, structured, *cookie, *offset, data),
+                } => {
+                    let len = data.len();
+                    put_read_data(out, structured, cookie, offset, data, len)
+                }
             });
             shared.paced.add_permits(cost as usize);
         });
@@ -959,6 +1074,7 @@ where
             reader_waiting: false,
             closed: false,
             failed: false,
+            free: Vec::new(),
         }),
         data_ready: Notify::new(),
         space_ready: Notify::new(),
@@ -1023,5 +1139,91 @@ where
         Err(NbdError::WriterGone) => wres.and(Err(NbdError::WriterGone)),
         Err(e) => Err(e),
         Ok(()) => wres,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that takes at most `max` bytes per call, vectored or not, so
+    /// that every partial-write path runs.
+    struct Dribble {
+        got: Vec<u8>,
+        max: usize,
+        vectored: bool,
+    }
+
+    impl AsyncWrite for Dribble {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let n = buf.len().min(self.max);
+            self.got.extend_from_slice(&buf[..n]);
+            std::task::Poll::Ready(Ok(n))
+        }
+        fn poll_write_vectored(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            bufs: &[std::io::IoSlice<'_>],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let mut left = self.max;
+            let mut n = 0;
+            for b in bufs {
+                let k = b.len().min(left);
+                self.got.extend_from_slice(&b[..k]);
+                (n, left) = (n + k, left - k);
+                if left == 0 {
+                    break;
+                }
+            }
+            std::task::Poll::Ready(Ok(n))
+        }
+        fn is_write_vectored(&self) -> bool {
+            self.vectored
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Attached payloads go out in their place among the copied bytes, only
+    /// their `len` bytes, whatever the writer takes per call; clearing hands
+    /// their buffers back.
+    #[tokio::test]
+    async fn attached_payloads_go_out_in_order() {
+        let mut out = OutBuf::new(16);
+        out.push(b"head1");
+        out.attach(b"PAYLOAD-1xxx".to_vec(), 9);
+        out.attach(Vec::new(), 0);
+        out.push(b"head2");
+        out.push(b"tail");
+        out.attach(b"P2".to_vec(), 2);
+        assert_eq!(out.queued(), 5 + 9 + 5 + 4 + 2);
+        let want = b"head1PAYLOAD-1head2tailP2".to_vec();
+        for (max, vectored) in [(1, true), (3, true), (7, false), (1000, true)] {
+            let mut w = Dribble {
+                got: Vec::new(),
+                max,
+                vectored,
+            };
+            write_pieces(&mut w, &out.pieces()).await.unwrap();
+            assert_eq!(w.got, want, "max {max}, vectored {vectored}");
+        }
+        let back: Vec<Vec<u8>> = out.clear().collect();
+        assert_eq!(back.len(), 3);
+        assert_eq!(out.queued(), 0);
+        assert!(out.pieces().is_empty());
     }
 }

@@ -1049,6 +1049,51 @@ async fn a_panicking_device_fails_the_request_not_the_connection() {
     }
 }
 
+/// Small reads (copied into the output queue) and large ones (attached to it
+/// and sent from their own buffers, which are reused) pipelined back to back:
+/// every reply carries its own data, in order, simple and structured.
+#[tokio::test]
+async fn pipelined_small_and_large_reads_each_get_their_own_data() {
+    let dev = Arc::new(MemDev::new(4 << 20));
+    let pattern: Vec<u8> = (0..(2 << 20))
+        .map(|i: u32| (i % 251) as u8 ^ (i >> 12) as u8)
+        .collect();
+    dev.write(0, &pattern, false).unwrap();
+    let server = server_with(vec![export("disk", dev)], ServerConfig::default());
+    for structured in [false, true] {
+        let (mut c, _, _) = Client::go(&server, "disk", structured).await;
+        let reqs: Vec<(u64, u32)> = (0..40u64)
+            .map(|i| {
+                let len = [4096u32, 128 << 10, 512, 64 << 10, 1 << 20][(i % 5) as usize];
+                ((i * 37 * 4096) % ((2 << 20) - (1 << 20)), len)
+            })
+            .collect();
+        for (k, &(off, len)) in reqs.iter().enumerate() {
+            c.request(CMD_READ, 0, k as u64 + 1, off, len).await;
+        }
+        for (k, &(off, len)) in reqs.iter().enumerate() {
+            let want = &pattern[off as usize..(off + u64::from(len)) as usize];
+            if structured {
+                let (_, kind, cookie, p) = c.chunk().await;
+                assert_eq!((cookie, kind), (k as u64 + 1, REPLY_TYPE_OFFSET_DATA));
+                assert_eq!(u64::from_be_bytes(p[..8].try_into().unwrap()), off);
+                assert!(
+                    &p[8..] == want,
+                    "read {k} ({len} bytes at {off}) has the wrong data"
+                );
+            } else {
+                let r = c.simple(len as usize).await;
+                assert_eq!((r.cookie, r.error), (k as u64 + 1, 0));
+                assert!(
+                    &r.data[..] == want,
+                    "read {k} ({len} bytes at {off}) has the wrong data"
+                );
+            }
+        }
+        assert!(c.disconnect().await.is_ok());
+    }
+}
+
 #[tokio::test]
 async fn alignment_is_enforced_for_devices_with_a_minimum_block() {
     let mut rec = Recorder::new(SIZE);
