@@ -16,7 +16,8 @@
 # tests (nbdinfo, nbdcopy, qemu-img, libnbd's Python bindings).
 #
 # Environment: FLEXSSD_BIN=PATH benchmarks this flexssd binary (default: build
-# target/release).
+# target/release); BENCH_ROWS=REGEX runs only the workloads whose name matches
+# (grep -E).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNTIME=${1:-5}
@@ -73,6 +74,9 @@ rows=(
   "128k seq read qd32|--rw=read --bs=128k --iodepth=32"
   "128k seq write qd32|--rw=write --bs=128k --iodepth=32"
 )
+if [ -n "${BENCH_ROWS:-}" ]; then
+  mapfile -t rows < <(printf '%s\n' "${rows[@]}" | grep -E -- "^[^|]*(${BENCH_ROWS})")
+fi
 steps $((1 + ${#rows[@]}))
 step "filling both exports over TLS"
 for uri in "$FX" "$NK"; do
