@@ -52,7 +52,6 @@ channels = 4'
 curl -fs -X PUT -H 'content-type: application/json' \
   --data '{"percentile":"p95","bound_us":500,"curve":[[0,200000000],[20000000,0]]}' \
   "$API/v1/devices/on/curves/4" >/dev/null
-uri() { echo "nbd+unix:///$1?socket=$SOCK"; }
 for v in on off; do
   fio --name=fill --ioengine=nbd --uri="$(uri $v)" --rw=write --bs=1M --iodepth=4 --size=256M >/dev/null
 done

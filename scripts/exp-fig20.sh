@@ -22,7 +22,7 @@
 # these 2 cores). Each (policy, channels) does REPS repetitions, the three
 # configurations in rotated order; reported: mean and min-max of ops/s and
 # of P95 latency (read and update histograms merged, interpolated in the
-# bucket), and how much R lent.
+# bucket), how much R lent, and HV's throughput in static and harvest.
 #
 # Device: 16 channels x 2 dies x 256 blocks x 64 pages x 4 KiB (128 MiB a
 # channel), program/erase suspend on ([devices.timing] defaults); R on channels
@@ -130,18 +130,7 @@ duration_quantile = 0.5
 zero_weight = 0.1
 TOML
 }
-cli() { "$BIN" --api "$API" "$@"; }
-uri() { echo "nbd+unix:///$1?socket=$SOCK"; }
-jget() { curl -fs "$API$1"; }
 R_GSSD='[x for x in g if x.get("home") == "R" and not x["in_use"] and x["state"] == "pool"]'
-wait_r_gssd() {  # up to $1 seconds
-  local i
-  for i in $(seq 1 $(($1 * 5))); do
-    jget /v1/gssds | python3 -c "import json,sys;g=json.load(sys.stdin);sys.exit(0 if $R_GSSD else 1)" && return 0
-    sleep 0.2
-  done
-  return 1
-}
 
 attach_r() {
   rm -f "$WORK/fuse.pid"
@@ -172,9 +161,9 @@ ycsb() {
 run_one() {
   local pol=$1 n=$2 rep=$3 cfg=$4 tag="$1-$2-$3-$4" lent_blocks=0 vol="" bw=0
   if [ "$cfg" = harvest ]; then
-    if ! wait_r_gssd 30; then
+    if ! wait_gssds "$R_GSSD" 30; then
       echo "   $tag: R lent nothing within 30 s" | tee -a "$WORK/notes.txt"
-      echo "$pol,$n,$rep,$cfg,,,0,0,no gSSD" >> "$WORK/runs.csv"
+      echo "$pol,$n,$rep,$cfg,,,0,0,,no gSSD" >> "$WORK/runs.csv"
       return 0
     fi
     read -r lent_blocks bw < <(jget /v1/gssds | python3 -c "import json,sys;g=json.load(sys.stdin);x=$R_GSSD[0];print(x['capacity_blocks'],x['bandwidth'])")
@@ -183,7 +172,7 @@ run_one() {
       # The gSSD may not be predicted to last that long: ask for what it has.
       cli harvest request "$vol" --tenant HV --capacity "$VOL" --bandwidth "$bw" --duration 1 >"$WORK/req-$tag.txt" 2>&1 || {
         echo "   $tag: HV's request failed: $(tail -1 "$WORK/req-$tag.txt")" | tee -a "$WORK/notes.txt"
-        echo "$pol,$n,$rep,$cfg,,,$lent_blocks,$bw,request failed" >> "$WORK/runs.csv"
+        echo "$pol,$n,$rep,$cfg,,,$lent_blocks,$bw,,request failed" >> "$WORK/runs.csv"
         return 0
       }
     fi
@@ -207,6 +196,12 @@ run_one() {
   fi
   ycsb "$WORK/db-$tag.txt"
   stop_hv
+  # What HV got meanwhile (fio writes its report when stopped).
+  local hv=""
+  [ -s "$WORK/hv-$tag.json" ] && hv=$(python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+print(round(sum(x["read"]["bw_bytes"] + x["write"]["bw_bytes"] for x in j["jobs"]) / 2**20, 1))' "$WORK/hv-$tag.json" 2>/dev/null || true)
   local note=""
   if [ "$cfg" = harvest ]; then
     jget "/v1/harvest/volumes/$vol" > "$WORK/vol-$tag.json" || true
@@ -232,12 +227,12 @@ print(m.group(1) if m else "", p95 or "-")
 PY
 )
   [ -n "$ops" ] || { echo "exp-fig20: no ops/sec in $WORK/db-$tag.txt" >&2; exit 1; }
-  echo "$pol,$n,$rep,$cfg,$ops,$p95,$lent_blocks,$bw,$note" >> "$WORK/runs.csv"
-  printf '   %-8s %2s ch  rep %s  %-7s %7s ops/s  P95 %8s us  lent %s blocks on %s channels\n' \
-    "$pol" "$n" "$rep" "$cfg" "$ops" "$p95" "$lent_blocks" "$bw"
+  echo "$pol,$n,$rep,$cfg,$ops,$p95,$lent_blocks,$bw,$hv,$note" >> "$WORK/runs.csv"
+  printf '   %-8s %2s ch  rep %s  %-7s %7s ops/s  P95 %8s us  lent %s blocks on %s channels  HV %s MiB/s\n' \
+    "$pol" "$n" "$rep" "$cfg" "$ops" "$p95" "$lent_blocks" "$bw" "${hv:--}"
 }
 
-echo "policy,channels,rep,config,ops_per_s,p95_us,lent_blocks,gssd_channels,note" > "$WORK/runs.csv"
+echo "policy,channels,rep,config,ops_per_s,p95_us,lent_blocks,gssd_channels,hv_mib_s,note" > "$WORK/runs.csv"
 CONFIGS=(alone static harvest)
 # HV's own export gets its data once, for the static runs.
 fill_hv() { fio --name=fill --ioengine=nbd --uri="$(uri HV)" --rw=write --bs=1M --iodepth=4 --size="$VOL" >/dev/null; }

@@ -121,21 +121,7 @@ duration_quantile = 0.5
 zero_weight = 0.1
 TOML
 }
-cli() { "$BIN" --api "$API" "$@"; }
-uri() { echo "nbd+unix:///$1?socket=$SOCK"; }
-jget() { curl -fs "$API$1"; }
 
-# Waits until `python expression` on /v1/gssds (as g) is true, up to $2 seconds.
-wait_gssds() {
-  local expr=$1 limit=$2 i
-  for i in $(seq 1 $((limit * 5))); do
-    if jget /v1/gssds | python3 -c "import json,sys;g=json.load(sys.stdin);sys.exit(0 if ($expr) else 1)"; then
-      return 0
-    fi
-    sleep 0.2
-  done
-  return 1
-}
 R_GSSD='[x for x in g if x.get("home") == "R" and not x["in_use"] and x["state"] == "pool"]'
 U_GSSD='[x for x in g if "home" not in x and not x["in_use"] and x["state"] == "pool"]'
 

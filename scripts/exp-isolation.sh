@@ -54,7 +54,6 @@ blocks = "32..64"
 [[vssds]]
 name = "other"
 channel_ids = [14, 15]'
-uri() { echo "nbd+unix:///$1?socket=$SOCK"; }
 val() { python3 -c "import json,sys; j=json.load(open('$1')); x=j['jobs'][0]['$2']; print($3)"; }
 
 echo "scenario,metric,value" > "$OUT"

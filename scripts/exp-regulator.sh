@@ -58,8 +58,6 @@ name = "B"
 channel_ids = [0, 1]
 blocks = "32..64"
 capacity = "160M"'
-cli() { "$BIN" --api "$API" "$@"; }
-uri() { echo "nbd+unix:///$1?socket=$SOCK"; }
 
 step "measure the unit's SLA curve"
 echo "== measuring the unit's curve (2 channels, P95 <= ${BOUND_US} µs; scratch copy of the model)"

@@ -70,6 +70,25 @@ TOML
   echo "daemon did not come up; log:" >&2; cat "$dir/daemon.log" >&2; return 1
 }
 
+# For a daemon started by start_daemon (they read BIN, API and SOCK): the CLI,
+# an export's NBD URI, a GET on the API.
+cli() { "$BIN" --api "$API" "$@"; }
+uri() { echo "nbd+unix:///$1?socket=$SOCK"; }
+jget() { curl -fs "$API$1"; }
+
+# wait_gssds EXPR SECONDS: waits until the Python expression EXPR on
+# /v1/gssds (as g) is true, up to SECONDS; fails if it never is.
+wait_gssds() {
+  local expr=$1 limit=$2 i
+  for i in $(seq 1 $((limit * 5))); do
+    if jget /v1/gssds | python3 -c "import json,sys;g=json.load(sys.stdin);sys.exit(0 if ($expr) else 1)"; then
+      return 0
+    fi
+    sleep 0.2
+  done
+  return 1
+}
+
 stop_daemon() {
   [ -n "${DAEMON_PID:-}" ] || return 0
   kill "$DAEMON_PID" 2>/dev/null || true
