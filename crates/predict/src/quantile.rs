@@ -23,10 +23,11 @@
 //!   with `d > e` (survival analysis on the empirical distribution). The zero-length
 //!   run keeps a vSSD with few runs seen from promising much (a quantile below
 //!   `1 / (n + 1)` of `n` runs is not estimable); untrained the prediction is zero.
-//!   A run that has outlived every run seen (own and prior) is the one case the
-//!   empirical distribution cannot speak to: a home idle longer than ever, or at a
-//!   level it never exceeded, would be promised nothing however long it stays
-//!   idle. There the remaining time is read off the scale-free ("Lindy") prior for
+//!   A run that has outlived every run seen (own and prior, runs that reached the
+//!   cap included, since they are counted only up to it) is the one case the
+//!   empirical distribution cannot speak to: a home idle longer than ever, longer
+//!   than the cap, or at a level it never exceeded, would be promised nothing
+//!   however long it stays idle. There the remaining time is read off the scale-free ("Lindy") prior for
 //!   a run of age `e`, `P(remaining <= t) = t / (e + t)`: `e · q / (1 - q)` at
 //!   quantile `q` (0.18 e at the default 0.15), so a longer idle promises more.
 //!
@@ -322,9 +323,13 @@ impl QuantileDuration {
                     .collect()
             })
             .unwrap_or_default();
-        if own.is_empty() && pri.is_empty() && e > 0.0 {
-            // The current run has outlived every run ever seen: the data say
-            // nothing about its end, only that it is the longest. Read its
+        // Capped runs stay "alive" at any age, but promise nothing once the
+        // current run has passed the cap: only a run longer than `e` speaks.
+        let outlived = own.iter().chain(&pri).any(|&r| r > 0.0);
+        if !outlived && e > 0.0 {
+            // The current run has outlived every run ever seen (or the cap
+            // the runs are counted to): the data say nothing about its end,
+            // only that it is the longest. Read its
             // remaining time off the scale-free prior (the age is a uniform
             // share of the whole run), where P(remaining <= t) = t / (e + t):
             // at quantile q, e * q / (1 - q).
@@ -504,6 +509,26 @@ mod tests {
         m.observe(10_000 * SEC, 5);
         m.observe(10_018 * SEC, 0);
         assert_eq!(m.predict(0, 10_100 * SEC), 0);
+        // Runs counted to the cap promise nothing past it; the age does.
+        let cap = c.duration.cap_s() as u64;
+        let mut m = QuantileDuration::new(&c, None).unwrap();
+        for k in 0..8u64 {
+            let t = k * (cap + 100) * SEC;
+            m.observe(t, 0);
+            m.observe(t + (cap + 50) * SEC, 5);
+        }
+        let t = 8 * (cap + 100) * SEC;
+        m.observe(t, 0);
+        assert!(
+            m.predict(0, t + cap / 2 * SEC) > 0,
+            "before the cap the runs speak"
+        );
+        let past = t + 2 * cap * SEC;
+        assert_eq!(m.predict_at(0, past, &[0.5])[0], secs(cap as f64));
+        assert_eq!(
+            m.predict_at(0, past, &[0.15])[0],
+            secs(2.0 * cap as f64 * 0.15 / 0.85)
+        );
     }
 
     #[test]
