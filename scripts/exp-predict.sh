@@ -151,7 +151,9 @@ P("* **quantile (ours)** (`model = \"quantile\"`, `crates/predict/src/quantile.r
   "transition matrix of the training inputs of the same source and resource (`w0 = level_prior_weight = 3`), and without a prior a "
   "point mass at the current level, so an untrained model is exactly last-value. Durations: survival on the empirical run lengths "
   "at or below the level (own runs, the training inputs' runs with total weight `duration_prior_weight = 5`, and one run of length "
-  "zero, `zero_weight = 1`), conditioned on how long the current run has lasted, read out at `duration_quantile = 0.15`. "
+  "zero, `zero_weight = 1`), conditioned on how long the current run has lasted, read out at `duration_quantile = 0.15`; a run "
+  "that has outlived every run seen (or the 12.5-hour cap the runs are counted to) is given a share of its age instead, "
+  "`e · q / (1 - q)` (the scale-free prior; before commit 41f0d67 it was given nothing). "
   "Trains every window (counting). **quantile, no prior** is the same model without training inputs: what the daemon runs today "
   "(its config has no prior yet).")
 P("* **last-value**: the next level equals the current one; a run lasts as long again as it has so far.")
