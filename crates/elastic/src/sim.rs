@@ -254,18 +254,24 @@ impl Volume for TraceVolume {
             return Err(Error::Volume("cannot remove the last disk".into()));
         }
         let size = self.size();
-        let last = self.disks.last().map(|d| d.bytes).unwrap_or(0);
         let used = self.used_at(now);
-        if used > size - last {
+        // The data is spread over the disks in proportion to their sizes.
+        let share = |bytes: u64| (used as u128 * bytes as u128 / size.max(1) as u128) as u64;
+        let pool: Vec<(u64, u64)> = self
+            .disks
+            .iter()
+            .map(|d| (d.bytes, share(d.bytes)))
+            .collect();
+        let Some(i) = crate::volume::pick_removal(&pool, 0) else {
             return Err(Error::Volume(format!(
-                "{used} bytes in use do not fit on the remaining {} bytes",
-                size - last
+                "{used} bytes in use do not fit on the remaining disks after removing any one of {} bytes",
+                size
             )));
-        }
-        let share = used as f64 * last as f64 / size.max(1) as f64;
-        let secs = self.timing.remove_s + share / self.timing.move_bps.max(1.0);
+        };
+        let moved = pool[i].1 as f64;
+        let secs = self.timing.remove_s + moved / self.timing.move_bps.max(1.0);
         let done = now + (secs * SEC as f64) as Nanos;
-        self.disks.pop();
+        self.disks.remove(i);
         let size = self.size();
         self.push_timeline(done, size);
         self.busy_until = done;

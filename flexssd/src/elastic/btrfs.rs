@@ -378,21 +378,34 @@ impl BtrfsVolume {
             bail!("the pool has one disk left; it is never removed");
         }
         let t0 = self.clock.now();
-        let i = self.disks.len() - 1;
-        self.disks[i].info.state = DiskState::Removing;
-        let dev = self.disks[i].loopdev.clone();
-        // What btrfs must copy off the disk: its allocation there. The device
-        // counters' growth over the removal, up to that, is relocation, not the
-        // application's writes (issue 16).
-        let moved = match self.allocated_on(&dev) {
-            Ok(b) => b,
+        // Which disk: one whose chunks fit in the others' unallocated space, the
+        // least filled (`elastic::pick_removal`). What btrfs must copy off it is
+        // its allocation there: the device counters' growth over the removal, up
+        // to that, is relocation, not the application's writes (issue 16).
+        let (i, moved) = match self.allocations() {
+            Ok(pool) => {
+                let Some(i) = elastic::pick_removal(&pool, REMOVE_SLACK) else {
+                    bail!(
+                        "no disk can be removed: none of {} fits in the others' unallocated space                          (size, allocated per disk: {})",
+                        self.disks.len(),
+                        pool.iter()
+                            .map(|(s, a)| format!("{} MiB, {} MiB", s >> 20, a >> 20))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    );
+                };
+                (i, pool[i].1)
+            }
             Err(e) => {
-                // Without it, take the whole window as relocation: the controller is
-                // blocked meanwhile, and new data still shows in `used`.
-                eprintln!("elastic: {e:#}; counting all I/O during the removal as relocation");
-                u64::MAX
+                // Without it, the last disk, and the whole window taken as
+                // relocation: the controller is blocked meanwhile, and new data
+                // still shows in `used`.
+                eprintln!("elastic: {e:#}; removing the last disk, counting all I/O during the removal as relocation");
+                (self.disks.len() - 1, u64::MAX)
             }
         };
+        self.disks[i].info.state = DiskState::Removing;
+        let dev = self.disks[i].loopdev.clone();
         let before = self.raw_stats();
         // Blocks while btrfs moves every extent off the device; fails, leaving the
         // device in the pool, if they do not fit or the call is interrupted.
@@ -411,7 +424,7 @@ impl BtrfsVolume {
             )));
         }
         let t_move = secs(t0, self.clock.now());
-        let mut d = self.disks.pop().expect("checked above");
+        let mut d = self.disks.remove(i);
         self.detach(&mut d);
         let after = self.raw_stats();
         self.relocation.record(before, after, moved);
@@ -429,12 +442,31 @@ impl BtrfsVolume {
 
     /// Bytes btrfs has allocated on `dev` (chunks of any kind), from `btrfs
     /// filesystem show --raw`: what a `btrfs device remove` of it must move at most.
+    #[cfg(test)]
     fn allocated_on(&self, dev: &str) -> Result<u64> {
         let out = sh(
             "btrfs",
             &["filesystem", "show", "--raw", &self.mount.to_string_lossy()],
         )?;
-        parse_allocated(&out, dev).ok_or_else(|| anyhow!("{dev} not in `btrfs filesystem show`"))
+        parse_device(&out, dev)
+            .map(|(_, a)| a)
+            .ok_or_else(|| anyhow!("{dev} not in `btrfs filesystem show`"))
+    }
+
+    /// `(size, allocated)` of every disk, in the pool's order, from one `btrfs
+    /// filesystem show --raw`.
+    fn allocations(&self) -> Result<Vec<(u64, u64)>> {
+        let out = sh(
+            "btrfs",
+            &["filesystem", "show", "--raw", &self.mount.to_string_lossy()],
+        )?;
+        self.disks
+            .iter()
+            .map(|d| {
+                parse_device(&out, &d.loopdev)
+                    .ok_or_else(|| anyhow!("{} not in `btrfs filesystem show`", d.loopdev))
+            })
+            .collect()
     }
 
     /// Device-level counters: bytes read and written by every disk of the pool so far
@@ -492,15 +524,21 @@ fn create_vssd(client: &Client, name: &str, bytes: u64) -> Result<()> {
     }
 }
 
-/// The `used` bytes of `dev` in `btrfs filesystem show --raw` output (lines like
-/// `devid 2 size 536870912 used 436207616 path /dev/loop1`).
-fn parse_allocated(show: &str, dev: &str) -> Option<u64> {
+/// The `size` and `used` (allocated) bytes of `dev` in `btrfs filesystem show
+/// --raw` output (lines like `devid 2 size 536870912 used 436207616 path
+/// /dev/loop1`).
+fn parse_device(show: &str, dev: &str) -> Option<(u64, u64)> {
     show.lines().find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         let at = |k: &str| f.iter().position(|x| *x == k).and_then(|i| f.get(i + 1));
-        (at("path") == Some(&dev)).then(|| at("used")?.parse().ok())?
+        (at("path") == Some(&dev))
+            .then(|| Some((at("size")?.parse().ok()?, at("used")?.parse().ok()?)))?
     })
 }
+
+/// Room a removal leaves beyond the chunks it moves: btrfs allocates chunks
+/// whole, and needs some for its own metadata while it relocates.
+const REMOVE_SLACK: u64 = 64 << 20;
 
 fn to_volume_err(e: anyhow::Error) -> elastic::Error {
     elastic::Error::Volume(format!("{e:#}"))
@@ -555,9 +593,58 @@ mod tests {
 \tdevid    1 size 1073741824 used 130023424 path /dev/loop0
 \tdevid    2 size 1073741824 used 436207616 path /dev/loop1
 ";
-        assert_eq!(parse_allocated(show, "/dev/loop1"), Some(436207616));
-        assert_eq!(parse_allocated(show, "/dev/loop0"), Some(130023424));
-        assert_eq!(parse_allocated(show, "/dev/loop10"), None);
+        assert_eq!(
+            parse_device(show, "/dev/loop1"),
+            Some((1073741824, 436207616))
+        );
+        assert_eq!(
+            parse_device(show, "/dev/loop0"),
+            Some((1073741824, 130023424))
+        );
+        assert_eq!(parse_device(show, "/dev/loop10"), None);
+    }
+
+    /// A removal takes a disk that fits, not blindly the last one: a pool of
+    /// 256 + 512 + 512 MiB holding 420 MiB removes the disk `pick_removal`
+    /// names from btrfs's own figures, btrfs accepts it, and the data stays.
+    #[test]
+    fn removal_takes_the_disk_that_fits() {
+        if let Some(why) = unavailable() {
+            eprintln!("SKIP btrfs removal choice test: {why}");
+            return;
+        }
+        const M: u64 = 1 << 20;
+        let dir = tempfile::tempdir().unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(clock::MonotonicClock::new());
+        let mut v = BtrfsVolume::new(
+            &dir.path().join("mnt"),
+            &dir.path().join("work"),
+            "pick",
+            Backend::Sparse,
+            1,
+            clock,
+        )
+        .unwrap();
+        v.add_disk(256 * M, 0).unwrap();
+        v.add_disk(512 * M, 0).unwrap();
+        v.add_disk(512 * M, 0).unwrap();
+        let data: Vec<u8> = (0..(420 * M) as usize)
+            .map(|i| (i * 13 % 251) as u8)
+            .collect();
+        std::fs::write(v.mount_point().join("f"), &data).unwrap();
+        sh("sync", &[]).unwrap();
+        let pool = v.allocations().unwrap();
+        let want = elastic::pick_removal(&pool, REMOVE_SLACK).expect("some disk fits");
+        eprintln!("allocations {pool:?}: removing disk {want}");
+        let names: Vec<String> = v.disks().iter().map(|d| d.name.clone()).collect();
+        let size = v.remove_disk(0).unwrap();
+        assert_eq!(size, 1280 * M - pool[want].0);
+        let left: Vec<String> = v.disks().iter().map(|d| d.name.clone()).collect();
+        let mut expect = names.clone();
+        expect.remove(want);
+        assert_eq!(left, expect, "allocations {pool:?}");
+        assert_eq!(std::fs::read(v.mount_point().join("f")).unwrap(), data);
+        v.teardown().unwrap();
     }
 
     /// Issue 16's removal case on a real btrfs (sparse-file disks on loop devices):
