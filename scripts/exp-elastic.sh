@@ -351,8 +351,9 @@ if all(os.path.exists(ser(p)) for p in ("predictive", "reactive-addrm")):
       "allocate ahead of the writes, after it they shrink. `to first removal` is from the first delete to the first "
       "disk removed; `removes failed` counts removals that did not happen: before commit 6c726b9 `btrfs device remove` "
       "refusals of the last disk added (ENOSPC: btrfs could not fit the data in the remaining disks' chunks although "
-      "used + reserve fits their size); since, the volume removes the disk that fits in the others' unallocated space "
-      "and holds the least (`elastic::pick_removal`), and a removal counts as failed when no disk fits or btrfs still refuses.")
+      "used + reserve fits their size); since, the volume removes the largest disk that fits in the others' unallocated space "
+      "(the one holding the least among equals: `elastic::pick_removal`), and a removal counts as failed when no disk fits "
+      "or btrfs still refuses.")
     P("")
     P("| policy | peak allocated MiB | waste while writing | waste after | final allocated MiB (used MiB) | to first removal s | removes failed |")
     P("|---|---:|---:|---:|---:|---:|---:|")

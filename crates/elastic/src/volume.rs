@@ -125,9 +125,10 @@ pub trait Volume {
 
 /// Which disk REMOVE_DISK takes, given each disk's `(size, allocated)` bytes,
 /// oldest first: of the disks whose allocation fits in the other disks'
-/// unallocated space with `slack` to spare, the one holding the least (the
-/// least data to move; the most recently added among equals). `None` when only
-/// one disk is left or none fits.
+/// unallocated space with `slack` to spare, the largest (the controller decided
+/// to shed an increment, and a smaller disk would shed less), and among those
+/// the one holding the least (the least data to move; the most recently added
+/// among equals). `None` when only one disk is left or none fits.
 ///
 /// Why not always the most recently added, as the paper's REMOVE_DISK does: a
 /// pool's disks differ in size (the first one is INIT, the rest INC) and the
@@ -149,7 +150,7 @@ pub fn pick_removal(disks: &[(u64, u64)], slack: u64) -> Option<usize> {
             let others = free - size.saturating_sub(alloc);
             alloc.saturating_add(slack) <= others
         })
-        .min_by_key(|&(i, &(_, alloc))| (alloc, std::cmp::Reverse(i)))
+        .min_by_key(|&(i, &(size, alloc))| (std::cmp::Reverse(size), alloc, std::cmp::Reverse(i)))
         .map(|(i, _)| i)
 }
 
@@ -161,11 +162,17 @@ mod tests {
 
     #[test]
     fn removal_takes_a_disk_that_fits_holding_the_least() {
-        // Issue 16: 256 + 512 + 512 MiB, about 800 MiB allocated. The last disk
-        // does not fit in the others (its 350 MiB against 328 MiB free there);
-        // the first does.
-        let pool = [(256 * M, 190 * M), (512 * M, 250 * M), (512 * M, 350 * M)];
+        // Both increments fit: the one holding less.
+        let pool = [(256 * M, 100 * M), (512 * M, 100 * M), (512 * M, 300 * M)];
+        assert_eq!(pick_removal(&pool, 16 * M), Some(1));
+        // Issue 16: 256 + 512 + 512 MiB, about 940 MiB allocated. No increment
+        // fits in the others (the last one's 350 MiB against 178 MiB free
+        // there); the smaller first disk does.
+        let pool = [(256 * M, 190 * M), (512 * M, 400 * M), (512 * M, 350 * M)];
         assert_eq!(pick_removal(&pool, 16 * M), Some(0));
+        // An increment that fits goes before a smaller disk holding less.
+        let pool = [(256 * M, 12 * M), (512 * M, 256 * M), (512 * M, 384 * M)];
+        assert_eq!(pick_removal(&pool, 64 * M), Some(1));
         // Equal allocations: the most recently added.
         let even = [(512 * M, 100 * M), (512 * M, 100 * M), (512 * M, 100 * M)];
         assert_eq!(pick_removal(&even, 0), Some(2));
