@@ -24,7 +24,9 @@ pub use controller::{Controller, Sample};
 pub use metrics::{Summary, WasteMeter};
 pub use policy::{Action, Decision, Policy};
 pub use predictor::Predictor;
-pub use volume::{pick_removal, DiskInfo, DiskState, FsStats, RelocationAccount, Volume};
+pub use volume::{
+    pick_removal, removal_order, DiskInfo, DiskState, FsStats, RelocationAccount, Volume,
+};
 
 /// Errors of the elastic controller, its configuration and its traces.
 #[derive(Debug, thiserror::Error)]

@@ -124,34 +124,46 @@ pub trait Volume {
 }
 
 /// Which disk REMOVE_DISK takes, given each disk's `(size, allocated)` bytes,
-/// oldest first: of the disks whose allocation fits in the other disks'
-/// unallocated space with `slack` to spare, the largest (the controller decided
-/// to shed an increment, and a smaller disk would shed less), and among those
-/// the one holding the least (the least data to move; the most recently added
-/// among equals). `None` when only one disk is left or none fits.
+/// oldest first: the first of [`removal_order`], or `None` when only one disk
+/// is left or none fits.
 ///
 /// Why not always the most recently added, as the paper's REMOVE_DISK does: a
 /// pool's disks differ in size (the first one is INIT, the rest INC) and the
 /// file system fills them unevenly. In issue 16's runs a pool of 256 + 512 +
 /// 512 MiB holding 646 MiB asked btrfs to remove the last 512 MiB disk seven
 /// times: each time btrfs moved block groups until it ran out of room on the
-/// other two, failed, and left the disk in, while the 256 MiB first disk would
-/// have fitted. The controller's own test (`size > pred + INC + R`) holds
-/// after removing any one disk no larger than INC.
+/// other two, failed, and left the disk in.
 pub fn pick_removal(disks: &[(u64, u64)], slack: u64) -> Option<usize> {
+    removal_order(disks, slack).first().copied()
+}
+
+/// The disks REMOVE_DISK may take, best first: those whose allocation fits in
+/// the other disks' unallocated space with `slack` to spare, the largest first
+/// (the controller decided to shed an increment, and a smaller disk sheds
+/// less), then the one holding the least (the least data to move), then the
+/// most recently added. Empty when only one disk is left. The fit is a
+/// screen, not a promise: a file system may still refuse (chunks are
+/// allocated whole, metadata is mirrored), so a volume tries the next one.
+pub fn removal_order(disks: &[(u64, u64)], slack: u64) -> Vec<usize> {
     if disks.len() <= 1 {
-        return None;
+        return Vec::new();
     }
     let free: u64 = disks.iter().map(|&(s, a)| s.saturating_sub(a)).sum();
-    disks
-        .iter()
-        .enumerate()
-        .filter(|&(_, &(size, alloc))| {
+    let mut fit: Vec<usize> = (0..disks.len())
+        .filter(|&i| {
+            let (size, alloc) = disks[i];
             let others = free - size.saturating_sub(alloc);
             alloc.saturating_add(slack) <= others
         })
-        .min_by_key(|&(i, &(size, alloc))| (std::cmp::Reverse(size), alloc, std::cmp::Reverse(i)))
-        .map(|(i, _)| i)
+        .collect();
+    fit.sort_by_key(|&i| {
+        (
+            std::cmp::Reverse(disks[i].0),
+            disks[i].1,
+            std::cmp::Reverse(i),
+        )
+    });
+    fit
 }
 
 #[cfg(test)]
@@ -183,6 +195,9 @@ mod tests {
         let tight = [(512 * M, 200 * M), (512 * M, 312 * M)];
         assert_eq!(pick_removal(&tight, 0), Some(0));
         assert_eq!(pick_removal(&tight, 1), None);
+        // The whole order: increments by allocation, then the first disk.
+        let pool = [(256 * M, 12 * M), (512 * M, 256 * M), (512 * M, 128 * M)];
+        assert_eq!(removal_order(&pool, 0), vec![2, 1, 0]);
         // One disk is never removed.
         assert_eq!(pick_removal(&[(512 * M, 0)], 0), None);
         assert_eq!(pick_removal(&[], 0), None);

@@ -378,32 +378,48 @@ impl BtrfsVolume {
             bail!("the pool has one disk left; it is never removed");
         }
         let t0 = self.clock.now();
-        // Which disk: one whose chunks fit in the others' unallocated space, the
-        // least filled (`elastic::pick_removal`). What btrfs must copy off it is
-        // its allocation there: the device counters' growth over the removal, up
-        // to that, is relocation, not the application's writes (issue 16).
-        let (i, moved) = match self.allocations() {
+        // Which disk: the largest whose chunks fit in the others' unallocated
+        // space, the least filled first (`elastic::removal_order`); if btrfs
+        // refuses it, the next. What btrfs must copy off a disk is its
+        // allocation there: the device counters' growth over the removal, up to
+        // that, is relocation, not the application's writes (issue 16).
+        let candidates: Vec<(usize, u64)> = match self.allocations() {
             Ok(pool) => {
-                let Some(i) = elastic::pick_removal(&pool, REMOVE_SLACK) else {
+                let order = elastic::removal_order(&pool, 0);
+                if order.is_empty() {
                     bail!(
-                        "no disk can be removed: none of {} fits in the others' unallocated space                          (size, allocated per disk: {})",
+                        "no disk can be removed: none of {} fits in the others' unallocated space \
+                         (size, allocated per disk: {})",
                         self.disks.len(),
                         pool.iter()
                             .map(|(s, a)| format!("{} MiB, {} MiB", s >> 20, a >> 20))
                             .collect::<Vec<_>>()
                             .join("; ")
                     );
-                };
-                (i, pool[i].1)
+                }
+                order.into_iter().map(|i| (i, pool[i].1)).collect()
             }
             Err(e) => {
                 // Without it, the last disk, and the whole window taken as
                 // relocation: the controller is blocked meanwhile, and new data
                 // still shows in `used`.
                 eprintln!("elastic: {e:#}; removing the last disk, counting all I/O during the removal as relocation");
-                (self.disks.len() - 1, u64::MAX)
+                vec![(self.disks.len() - 1, u64::MAX)]
             }
         };
+        let mut refused = Vec::new();
+        for (i, moved) in candidates {
+            match self.remove_one(i, moved, t0) {
+                Ok(size) => return Ok(size),
+                Err(e) => refused.push(format!("{e:#}")),
+            }
+        }
+        bail!("no disk could be removed: {}", refused.join("; "))
+    }
+
+    /// Removes disk `i` (btrfs moves its `moved` bytes off it first); on
+    /// failure the disk stays in the pool, active.
+    fn remove_one(&mut self, i: usize, moved: u64, t0: Nanos) -> Result<u64> {
         self.disks[i].info.state = DiskState::Removing;
         let dev = self.disks[i].loopdev.clone();
         let before = self.raw_stats();
@@ -536,10 +552,6 @@ fn parse_device(show: &str, dev: &str) -> Option<(u64, u64)> {
     })
 }
 
-/// Room a removal leaves beyond the chunks it moves: btrfs allocates chunks
-/// whole, and needs some for its own metadata while it relocates.
-const REMOVE_SLACK: u64 = 64 << 20;
-
 fn to_volume_err(e: anyhow::Error) -> elastic::Error {
     elastic::Error::Volume(format!("{e:#}"))
 }
@@ -605,8 +617,9 @@ mod tests {
     }
 
     /// A removal takes a disk that fits, not blindly the last one: a pool of
-    /// 256 + 512 + 512 MiB holding 420 MiB removes the disk `pick_removal`
-    /// names from btrfs's own figures, btrfs accepts it, and the data stays.
+    /// 256 + 512 + 512 MiB holding 420 MiB removes one of the disks
+    /// `removal_order` names from btrfs's own figures (the next if btrfs
+    /// refuses one), and the data stays.
     #[test]
     fn removal_takes_the_disk_that_fits() {
         if let Some(why) = unavailable() {
@@ -634,15 +647,18 @@ mod tests {
         std::fs::write(v.mount_point().join("f"), &data).unwrap();
         sh("sync", &[]).unwrap();
         let pool = v.allocations().unwrap();
-        let want = elastic::pick_removal(&pool, REMOVE_SLACK).expect("some disk fits");
-        eprintln!("allocations {pool:?}: removing disk {want}");
+        let order = elastic::removal_order(&pool, 0);
+        assert!(!order.is_empty(), "no disk fits: {pool:?}");
         let names: Vec<String> = v.disks().iter().map(|d| d.name.clone()).collect();
         let size = v.remove_disk(0).unwrap();
-        assert_eq!(size, 1280 * M - pool[want].0);
         let left: Vec<String> = v.disks().iter().map(|d| d.name.clone()).collect();
-        let mut expect = names.clone();
-        expect.remove(want);
-        assert_eq!(left, expect, "allocations {pool:?}");
+        let gone: Vec<usize> = (0..3).filter(|&k| !left.contains(&names[k])).collect();
+        assert_eq!(gone.len(), 1, "{names:?} -> {left:?}");
+        assert!(
+            order.contains(&gone[0]),
+            "removed {gone:?}, order {order:?} on {pool:?}"
+        );
+        assert_eq!(size, 1280 * M - pool[gone[0]].0);
         assert_eq!(std::fs::read(v.mount_point().join("f")).unwrap(), data);
         v.teardown().unwrap();
     }
