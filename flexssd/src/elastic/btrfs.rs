@@ -616,6 +616,24 @@ mod tests {
         assert_eq!(parse_device(show, "/dev/loop10"), None);
     }
 
+    /// A btrfs volume under `dir` on sparse-file disks of these sizes.
+    fn sparse_volume(dir: &std::path::Path, prefix: &str, disks: &[u64]) -> BtrfsVolume {
+        let clock: Arc<dyn Clock> = Arc::new(clock::MonotonicClock::new());
+        let mut v = BtrfsVolume::new(
+            &dir.join("mnt"),
+            &dir.join("work"),
+            prefix,
+            Backend::Sparse,
+            1,
+            clock,
+        )
+        .unwrap();
+        for &bytes in disks {
+            v.add_disk(bytes, 0).unwrap();
+        }
+        v
+    }
+
     /// A removal takes a disk that fits, not blindly the last one: a pool of
     /// 256 + 512 + 512 MiB holding 420 MiB removes one of the disks
     /// `removal_order` names from btrfs's own figures (the next if btrfs
@@ -628,19 +646,7 @@ mod tests {
         }
         const M: u64 = 1 << 20;
         let dir = tempfile::tempdir().unwrap();
-        let clock: Arc<dyn Clock> = Arc::new(clock::MonotonicClock::new());
-        let mut v = BtrfsVolume::new(
-            &dir.path().join("mnt"),
-            &dir.path().join("work"),
-            "pick",
-            Backend::Sparse,
-            1,
-            clock,
-        )
-        .unwrap();
-        v.add_disk(256 * M, 0).unwrap();
-        v.add_disk(512 * M, 0).unwrap();
-        v.add_disk(512 * M, 0).unwrap();
+        let mut v = sparse_volume(dir.path(), "pick", &[256 * M, 512 * M, 512 * M]);
         let data: Vec<u8> = (0..(420 * M) as usize)
             .map(|i| (i * 13 % 251) as u8)
             .collect();
@@ -674,18 +680,7 @@ mod tests {
         }
         const M: u64 = 1 << 20;
         let dir = tempfile::tempdir().unwrap();
-        let clock: Arc<dyn Clock> = Arc::new(clock::MonotonicClock::new());
-        let mut v = BtrfsVolume::new(
-            &dir.path().join("mnt"),
-            &dir.path().join("work"),
-            "reloc",
-            Backend::Sparse,
-            1,
-            clock,
-        )
-        .unwrap();
-        v.add_disk(512 * M, 0).unwrap();
-        v.add_disk(512 * M, 0).unwrap();
+        let mut v = sparse_volume(dir.path(), "reloc", &[512 * M, 512 * M]);
         // btrfs spreads new data chunks over both disks (the one with the most
         // unallocated space first)
         let data: Vec<u8> = (0..(200 * M) as usize)
