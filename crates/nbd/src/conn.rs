@@ -342,8 +342,9 @@ struct State {
     free: Vec<Vec<u8>>,
 }
 
-/// Most sent payload buffers kept for reuse.
-const FREE_KEEP: usize = 16;
+/// Most bytes of sent payload buffers a connection keeps for reuse (a queue
+/// depth's worth of 128 KiB reads).
+const FREE_KEEP_BYTES: usize = 4 * 1024 * 1024;
 
 /// What the reader, the writer and the pacer share.
 struct Shared {
@@ -399,7 +400,13 @@ async fn writer_loop<W: AsyncWrite + Unpin>(mut w: W, sh: Arc<Shared>) -> std::i
             continue;
         }
         // The flush is free on a socket; under TLS it sends the buffered records.
-        let sent = match write_pieces(&mut w, &spare.pieces()).await {
+        let written = if spare.attached.is_empty() {
+            // The common case: one contiguous batch, no slices to build.
+            w.write_all(&spare.data[..spare.used]).await
+        } else {
+            write_pieces(&mut w, &spare.pieces()).await
+        };
+        let sent = match written {
             Ok(()) => w.flush().await,
             Err(e) => Err(e),
         };
@@ -421,8 +428,10 @@ async fn writer_loop<W: AsyncWrite + Unpin>(mut w: W, sh: Arc<Shared>) -> std::i
         } else {
             let mut st = sh.state.lock();
             let free = &mut st.free;
+            let mut kept: usize = free.iter().map(Vec::len).sum();
             for b in spare.clear() {
-                if free.len() < FREE_KEEP && b.len() <= WBUF_KEEP {
+                if kept + b.len() <= FREE_KEEP_BYTES {
+                    kept += b.len();
                     free.push(b);
                 }
             }
@@ -814,20 +823,16 @@ impl<R: AsyncRead + Unpin> Conn<R> {
             }
             first = Some(ticket);
         }
-        // Into a buffer of its own: a deferred reply takes its data along;
-        // otherwise the buffer is kept for the next large read.
-        let mut buf = if self.pace.is_some() {
-            vec![0u8; n]
-        } else {
-            let mut b = std::mem::take(&mut self.rbuf);
-            if b.is_empty() {
-                b = self.shared.state.lock().free.pop().unwrap_or_default();
-            }
-            if b.len() < n {
-                b.resize(n, 0);
-            }
-            b
-        };
+        // Into a buffer of its own, which the reply takes along (deferred or
+        // not) and the writer hands back once sent; a buffer a failed read
+        // leaves is kept for the next large read.
+        let mut buf = std::mem::take(&mut self.rbuf);
+        if buf.is_empty() {
+            buf = self.shared.state.lock().free.pop().unwrap_or_default();
+        }
+        if buf.len() < n {
+            buf.resize(n, 0);
+        }
         let mut res: IoResult = Ok(0);
         let mut off = 0u64;
         loop {
@@ -855,7 +860,9 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                     .await
             }
             (Ok(t), Some(clock)) if clock.now() < t => {
-                let data = std::mem::take(&mut buf);
+                // A reused buffer may be longer than this read.
+                let mut data = std::mem::take(&mut buf);
+                data.truncate(n);
                 self.defer(
                     t,
                     Deferred::Data {
@@ -875,7 +882,7 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                 .await
             }
         };
-        if self.pace.is_none() && !buf.is_empty() && buf.len() <= WBUF_KEEP {
+        if !buf.is_empty() && buf.len() <= WBUF_KEEP {
             self.rbuf = buf;
         }
         r

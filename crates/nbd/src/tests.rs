@@ -1239,6 +1239,41 @@ fn paced_server(clock: Arc<dyn Clock>, step: u64) -> (Server, Arc<Paced>) {
     (server_with(vec![e], ServerConfig::default()), dev)
 }
 
+/// In emulation mode a large read's buffer goes with its deferred reply and
+/// comes back for the next one: a short read after a long one carries only
+/// its own bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paced_large_reads_reuse_buffers_at_their_own_length() {
+    let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+    // Completion = now + offset/4096 * 10 µs: every read below is deferred.
+    let (server, dev) = paced_server(clock, 10_000);
+    let pattern: Vec<u8> = (0..SIZE as u32).map(|i| (i % 253) as u8).collect();
+    dev.inner.write(0, &pattern, false).unwrap();
+    let (mut c, _, _) = Client::go(&server, "disk", false).await;
+    for (k, (off, len)) in [
+        (4096u64, 512 * 1024u32),
+        (8192, 64 * 1024),
+        (65536, 256 * 1024),
+        (12288, 40 * 1024),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        c.request(CMD_READ, 0, k as u64, off, len).await;
+        let r = c.simple(len as usize).await;
+        assert_eq!((r.cookie, r.error), (k as u64, 0));
+        assert!(
+            r.data[..] == pattern[off as usize..(off + u64::from(len)) as usize],
+            "read {k}: wrong data"
+        );
+    }
+    // Nothing more came: the next reply is the next request's.
+    c.request(CMD_READ, 0, 99, 4096, 512).await;
+    let r = c.simple(512).await;
+    assert_eq!((r.cookie, r.error), (99, 0));
+    assert!(c.disconnect().await.is_ok());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paced_replies_leave_out_of_order_and_not_early() {
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());

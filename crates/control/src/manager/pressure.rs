@@ -110,7 +110,7 @@ impl HostManager {
     }
 
     /// Early reclamation for the homes that asked (see the module docs).
-    pub fn reclaim_pressed(&self, raised: &BTreeMap<String, Pressure>) -> Result<()> {
+    fn reclaim_pressed(&self, raised: &BTreeMap<String, Pressure>) -> Result<()> {
         let out: Vec<String> = raised
             .iter()
             .filter(|(_, &p)| p == Pressure::Out)
