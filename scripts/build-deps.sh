@@ -5,6 +5,10 @@
 set -euo pipefail
 missing=()
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+# protoc's well-known types (google/protobuf/descriptor.proto, which etcd's
+# protos import) are in libprotobuf-dev, only a recommendation of
+# protobuf-compiler: an install without recommends lacks them.
+[ -e /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
 ((${#missing[@]})) || exit 0

@@ -22,6 +22,9 @@ done
 # The NBD server's TLS links OpenSSL (openssl-sys finds it through pkg-config);
 # the etcd client's gRPC code is generated with protoc (scripts/build-deps.sh).
 pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
+# protoc's well-known types, which etcd's protos import: libprotobuf-dev is
+# only a recommendation of protobuf-compiler, and this installs none.
+[ -e /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
 # The nbd crate's Python-driven TLS test uses the system interpreter's bindings.
 [ -e /usr/lib/python3/dist-packages/nbd.py ] || missing+=(python3-libnbd)
 # The dashboard's browser test drives Chromium with the system Python's selenium.
