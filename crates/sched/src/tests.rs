@@ -344,7 +344,7 @@ fn control_errors_are_clear() {
 
 fn arb_curve() -> impl Strategy<Value = Curve> {
     // Concave curves from samples, rates between 50 and 5000 ops/s.
-    prop::collection::vec((0u32..=500, 50u32..=5000), 1..6).prop_map(|v| {
+    prop::collection::vec((1u32..=500, 50u32..=5000), 1..6).prop_map(|v| {
         let mut pts: Vec<(f64, f64)> = v
             .into_iter()
             .map(|(w, r)| (f64::from(w), f64::from(r)))
