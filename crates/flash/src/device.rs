@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::Store;
 use crate::{
-    Backend, BlockId, CrashImage, CrashPoint, DirtySet, FlashError, Geometry, Oob, PageId, Result,
-    Timing, OOB_SIZE,
+    Backend, BlockId, CrashImage, CrashPoint, DirtySet, FlashError, Geometry, Oob, OwnRuns, PageId,
+    Result, Timing, OOB_SIZE,
 };
 
 /// A channel bus timeline: the busy intervals still in the future, so that a short
@@ -334,6 +334,10 @@ struct Channel {
     dies: Vec<Die>,
     /// Next programmable page of each block on this channel.
     write_ptr: Vec<u32>,
+    /// Blocks of this channel whose file bytes may still hold data of an
+    /// earlier program (erased for reuse, or not known to be clean since the
+    /// device was opened): [`FlashDevice::discard`] punches them.
+    residue: Vec<bool>,
 }
 
 /// Operation counters of a device.
@@ -399,6 +403,8 @@ impl FlashDevice {
                     .find(|&p| Oob::decode(store.oob(first + p as u64)).is_some())
                     .map_or(0, |p| p + 1);
             }
+            // A file may hold bytes of blocks erased for reuse before this open.
+            let residue = vec![store.crash_exposed(); bpc];
             channels.push(Mutex::new(Channel {
                 bus: Bus {
                     horizon: timing.suspend_enabled(),
@@ -406,6 +412,7 @@ impl FlashDevice {
                 },
                 dies: (0..geo.dies_per_channel).map(|_| Die::default()).collect(),
                 write_ptr,
+                residue,
             }));
         }
         Self {
@@ -561,15 +568,30 @@ impl FlashDevice {
         Ok(done)
     }
 
-    /// Erases block `b` issued at `now`: data discarded, OOB cleared, erase count + 1.
-    /// Returns the completion time as known now (reads that suspend the erase
-    /// push it out later, as for [`FlashDevice::program`]).
+    /// Erases block `b` issued at `now` before it changes hands: OOB cleared,
+    /// erase count + 1, and a file's bytes of the block discarded (hole
+    /// punched). Returns the completion time as known now (reads that suspend
+    /// the erase push it out later, as for [`FlashDevice::program`]).
     pub fn erase(&self, b: BlockId, now: Nanos) -> Result<Nanos> {
+        self.erase_block(b, now, true)
+    }
+
+    /// Erases block `b` issued at `now` for its owner to program again
+    /// (garbage collection): as [`FlashDevice::erase`], but a file keeps the
+    /// block's bytes and its allocation, so the programs that follow allocate
+    /// nothing in the host file system (see `Store::erase`). The old bytes
+    /// are unreadable all the same.
+    pub fn erase_for_reuse(&self, b: BlockId, now: Nanos) -> Result<Nanos> {
+        self.erase_block(b, now, false)
+    }
+
+    fn erase_block(&self, b: BlockId, now: Nanos, discard: bool) -> Result<Nanos> {
         self.geo.check_block(b)?;
         let (ch, die, bi) = self.locate(b);
         let mut c = self.channels[ch].lock();
-        self.store.erase(b)?;
+        self.store.erase(b, discard)?;
         c.write_ptr[bi] = 0;
+        c.residue[bi] = !discard && self.store.crash_exposed();
         let d = &mut c.dies[die];
         let start = now.max(d.free);
         let done = if self.timing.suspend_enabled() {
@@ -687,16 +709,39 @@ impl FlashDevice {
         self.store.prefault()
     }
 
+    /// Discards a file's bytes of erased block `b` (hole punched), as
+    /// [`FlashDevice::erase`] does: for a block [`FlashDevice::erase_for_reuse`]
+    /// left holding its owner's old bytes, before it changes hands. A no-op
+    /// for a block known to hold none, and on the memory backend. Takes no
+    /// modelled time (it is the host file, not the flash). Errors: the block
+    /// holds programmed pages ([`FlashError::NotErased`]).
+    pub fn discard(&self, b: BlockId) -> Result<()> {
+        self.geo.check_block(b)?;
+        let (ch, _, bi) = self.locate(b);
+        let mut c = self.channels[ch].lock();
+        if c.write_ptr[bi] > 0 {
+            return Err(FlashError::NotErased { block: b });
+        }
+        if c.residue[bi] {
+            self.store.discard(b)?;
+            c.residue[bi] = false;
+        }
+        Ok(())
+    }
+
     /// Makes everything programmed so far durable (msync for the file backend).
     pub fn sync(&self) -> Result<()> {
         self.store.sync()
     }
 
     /// Makes durable the pages programmed and the blocks erased that `dirty`
-    /// records (one tenant's changes), and nothing else: their data, OOB
-    /// records and erase counts. Takes no lock; the caller holds none either.
-    pub fn sync_dirty(&self, dirty: &DirtySet) -> Result<()> {
-        self.store.sync_dirty(dirty)
+    /// records (one tenant's changes), and nothing of any other tenant: their
+    /// data, OOB records and erase counts. `own` names the block runs the
+    /// tenant holds alone (its dirty blocks in one run are written back as
+    /// one span; `OwnRuns::default()` syncs block by block). Takes no lock;
+    /// the caller holds none either.
+    pub fn sync_dirty(&self, dirty: &DirtySet, own: &OwnRuns) -> Result<()> {
+        self.store.sync_dirty(dirty, own)
     }
 
     /// Operation counters since open.
@@ -848,6 +893,72 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("memory backend only"));
+    }
+
+    /// Bytes of the data file's range `[off, off + len)` the file system has
+    /// allocated, from SEEK_DATA/SEEK_HOLE.
+    fn allocated(path: &std::path::Path, off: u64, len: u64) -> u64 {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(path).unwrap();
+        let fd = f.as_raw_fd();
+        let (mut pos, end, mut got) = (off, off + len, 0);
+        while pos < end {
+            // SAFETY: lseek on our own descriptor.
+            let d = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
+            if d < 0 || d as u64 >= end {
+                break;
+            }
+            // SAFETY: as above.
+            let h = unsafe { libc::lseek(fd, d as libc::off_t, libc::SEEK_HOLE) } as u64;
+            got += h.min(end) - d as u64;
+            pos = h;
+        }
+        got
+    }
+
+    /// An erase for reuse keeps the block allocated in the file (its old
+    /// bytes unreadable all the same); a discard, or an erase before the
+    /// block changes hands, punches them out; a block that holds pages
+    /// cannot be discarded.
+    #[test]
+    fn an_erase_for_reuse_keeps_the_file_allocated_and_a_discard_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let g = small();
+        let f = FlashDevice::open(&Backend::File { path: path.clone() }, g, Timing::default())
+            .unwrap();
+        let bytes = g.block_bytes();
+        for p in 0..g.pages_per_block {
+            f.program(u64::from(p), &vec![0xAB; 4096], &rec(u64::from(p), 1), 0)
+                .unwrap();
+        }
+        f.sync().unwrap();
+        assert_eq!(allocated(&path, 0, bytes), bytes);
+        assert!(matches!(f.discard(0), Err(FlashError::NotErased { block: 0 })));
+        f.erase_for_reuse(0, 0).unwrap();
+        assert_eq!(allocated(&path, 0, bytes), bytes, "reuse keeps the allocation");
+        assert_eq!(f.erase_count(0), 1);
+        let mut buf = vec![0u8; 4096];
+        assert!(matches!(
+            f.read(0, 0, &mut buf, 0),
+            Err(FlashError::ReadErased { .. })
+        ));
+        assert_eq!(f.oob(0), None);
+        f.discard(0).unwrap();
+        assert_eq!(allocated(&path, 0, bytes), 0, "a discard punches the block");
+        assert!(std::fs::read(&path).unwrap()[..bytes as usize]
+            .iter()
+            .all(|&x| x == 0));
+        // Programmed again after a discard, and erased to change hands.
+        f.program(0, &vec![0xCD; 4096], &rec(0, 2), 0).unwrap();
+        f.erase(0, 0).unwrap();
+        assert_eq!(allocated(&path, 0, bytes), 0);
+        assert_eq!(f.erase_count(0), 2);
+        // Reopened, a block is not known to be clean: a discard punches it.
+        drop(f);
+        let f = FlashDevice::open(&Backend::File { path: path.clone() }, g, Timing::default())
+            .unwrap();
+        f.discard(1).unwrap();
     }
 
     #[test]

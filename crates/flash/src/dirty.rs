@@ -13,6 +13,7 @@
 //! [`FlashDevice::sync_dirty`]: crate::FlashDevice::sync_dirty
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use crate::{BlockId, Geometry, PageId};
 
@@ -98,6 +99,68 @@ impl DirtySet {
     }
 }
 
+/// Runs of consecutive block ids that one tenant holds alone (its extents less
+/// what it has lent), so that a sync may cover each run's dirty blocks with one
+/// span instead of a range per block.
+///
+/// Why: a tenant's writes are striped over its parallel units, so its dirty
+/// set holds one open block per unit, far apart in the file; syncing them
+/// range by range cost 16 `sync_file_range` calls per flush on a 4-channel
+/// vSSD, and as many waits. Within a run every block is the tenant's own, so
+/// a span from its first dirty page to its last writes back nothing of any
+/// other tenant (clean pages in between cost a page-cache lookup, not I/O).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnRuns(Vec<Range<BlockId>>);
+
+impl OwnRuns {
+    /// Runs from any block ranges: sorted, touching ones merged, empty ones
+    /// dropped.
+    pub fn new(ranges: impl IntoIterator<Item = Range<BlockId>>) -> Self {
+        let mut v: Vec<Range<BlockId>> = ranges.into_iter().filter(|r| r.start < r.end).collect();
+        v.sort_unstable_by_key(|r| r.start);
+        let mut out: Vec<Range<BlockId>> = Vec::with_capacity(v.len());
+        for r in v {
+            match out.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => out.push(r),
+            }
+        }
+        Self(out)
+    }
+
+    /// Index of the run holding block `b`.
+    pub(crate) fn run_of(&self, b: BlockId) -> Option<usize> {
+        let i = self.0.partition_point(|r| r.end <= b);
+        (i < self.0.len() && self.0[i].start <= b).then_some(i)
+    }
+
+    /// The runs.
+    pub fn runs(&self) -> &[Range<BlockId>] {
+        &self.0
+    }
+}
+
+/// Byte ranges tagged with the own run they lie in (`None`: none), turned
+/// into what to sync: the ranges of one run become the one span from the
+/// first to the last, then everything is rounded out to `align` and merged
+/// where it touches (see [`OwnRuns`]).
+pub(crate) fn spans(ranges: &[(usize, usize, Option<usize>)], align: usize) -> Vec<(usize, usize)> {
+    let mut hull: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    let mut out = Vec::with_capacity(ranges.len());
+    for &(off, len, run) in ranges {
+        match run {
+            Some(k) => {
+                let h = hull.entry(k).or_insert((off, off + len));
+                h.0 = h.0.min(off);
+                h.1 = h.1.max(off + len);
+            }
+            None => out.push((off, len)),
+        }
+    }
+    out.extend(hull.into_values().map(|(a, b)| (a, b - a)));
+    coalesce(out, align)
+}
+
 /// Byte ranges, rounded out to `align` and merged where they touch: what to
 /// sync of one file.
 pub(crate) fn coalesce(mut ranges: Vec<(usize, usize)>, align: usize) -> Vec<(usize, usize)> {
@@ -160,6 +223,40 @@ mod tests {
             [(0, 12288), (16384, 4096)]
         );
         assert!(coalesce(Vec::new(), 4096).is_empty());
+    }
+
+    #[test]
+    fn own_runs_merge_and_find() {
+        let r = OwnRuns::new([8..12, 0..4, 4..6, 20..20, 30..31]);
+        assert_eq!(r.runs(), &[0..6, 8..12, 30..31]);
+        assert_eq!(r.run_of(0), Some(0));
+        assert_eq!(r.run_of(5), Some(0));
+        assert_eq!(r.run_of(6), None);
+        assert_eq!(r.run_of(11), Some(1));
+        assert_eq!(r.run_of(12), None);
+        assert_eq!(r.run_of(30), Some(2));
+        assert_eq!(r.run_of(99), None);
+        assert_eq!(OwnRuns::default().run_of(0), None);
+    }
+
+    #[test]
+    fn spans_join_a_run_and_leave_the_rest() {
+        // Two ranges of run 0 far apart become one span; the untagged ones
+        // stay as they are (and merge only where they touch).
+        let got = spans(
+            &[
+                (0, 10, Some(0)),
+                (1 << 20, 4096, Some(0)),
+                (5 << 20, 100, None),
+                (9 << 20, 4096, Some(1)),
+            ],
+            4096,
+        );
+        assert_eq!(
+            got,
+            [(0, (1 << 20) + 4096), (5 << 20, 4096), (9 << 20, 4096)]
+        );
+        assert!(spans(&[], 4096).is_empty());
     }
 
     proptest! {

@@ -31,7 +31,7 @@ mod timing;
 
 pub use crashrec::{CrashImage, CrashPoint, Unit, UnitKind};
 pub use device::{DeviceStats, FlashDevice};
-pub use dirty::DirtySet;
+pub use dirty::{DirtySet, OwnRuns};
 pub use geometry::{BlockId, Geometry, PageId, Pu};
 pub use oob::{Oob, OobKind, OOB_SIZE};
 pub use store::Backend;
@@ -75,6 +75,12 @@ pub enum FlashError {
         block: BlockId,
         /// Page within the block.
         page: u32,
+    },
+    /// A block's bytes were to be discarded while it holds programmed pages.
+    #[error("block {block} holds programmed pages: erase it before discarding its bytes")]
+    NotErased {
+        /// Block.
+        block: BlockId,
     },
     /// A buffer of the wrong size.
     #[error("buffer of {got} bytes where {expected} were expected")]

@@ -25,7 +25,7 @@ use blockdev::{
     check_range, push_extent, Alloc, BlockDev, BlockSizes, IoError, IoResult, MapExtent,
 };
 use clock::{Clock, Nanos};
-use flash::{DirtySet, FlashDevice, Geometry, PageId};
+use flash::{DirtySet, FlashDevice, Geometry, OwnRuns, PageId};
 use parking_lot::Mutex;
 
 use crate::gc::GcPolicy;
@@ -113,6 +113,10 @@ pub struct Vssd {
     /// Who hears when the vSSD wants its lent blocks back, and the writes
     /// waiting for them.
     room: room::Room,
+    /// The block runs this vSSD holds alone (its extents less what it has
+    /// lent), for its syncs (see [`flash::OwnRuns`]); replaced when lending
+    /// changes, read without `inner`.
+    own: Mutex<Arc<OwnRuns>>,
 }
 
 impl std::fmt::Debug for Vssd {
@@ -133,6 +137,7 @@ impl Vssd {
         let ppb = geo.pages_per_block;
         let logical_pages = cfg.capacity_bytes / geo.page_size as u64;
         let (blocks, pus) = alloc::block_table(&geo, &dev, &cfg);
+        let own = Mutex::new(Arc::new(config::own_runs(&geo, &cfg.extents, &cfg.lent)));
         let npages = blocks.len() * ppb as usize;
         let inner = Inner {
             map: Mapping::new(logical_pages, npages),
@@ -164,6 +169,7 @@ impl Vssd {
             syncs: sync::SyncGroup::default(),
             sync_tokens: std::sync::atomic::AtomicU64::new(0),
             room: room::Room::default(),
+            own,
         })
     }
 
@@ -181,10 +187,16 @@ impl Vssd {
             let now = v.clock.now();
             let inner = &mut *g;
             for b in inner.blocks.iter_mut() {
-                if b.state != BState::Lent && v.dev.write_ptr(b.id) > 0 {
+                if b.state == BState::Lent {
+                    continue;
+                }
+                if v.dev.write_ptr(b.id) > 0 {
                     v.dev.erase(b.id, now)?;
                     b.erase_count = v.dev.erase_count(b.id);
                     inner.counters.block_erases += 1;
+                } else {
+                    // An earlier owner's GC may have left bytes there.
+                    v.dev.discard(b.id)?;
                 }
             }
             for (i, b) in inner.blocks.iter().enumerate() {
@@ -295,6 +307,8 @@ impl Vssd {
                 done = done.max(self.dev.erase(b.id, now)?);
                 inner.counters.block_erases += 1;
                 b.erase_count += 1;
+            } else {
+                self.dev.discard(b.id)?;
             }
             b.state = BState::Free;
             b.wp = 0;
@@ -351,13 +365,27 @@ impl Vssd {
                 }
                 set
             },
-            |set| self.dev.sync_dirty(set).map_err(|e| e.to_string()),
+            |set| {
+                self.dev
+                    .sync_dirty(set, &self.own_runs())
+                    .map_err(|e| e.to_string())
+            },
             |set| self.inner.lock().dirty.merge(set),
         );
         if self.dev.crash_exposed() {
             self.inner.lock().syncing.retain(|(t, _)| *t != token);
         }
         r.map_err(|e| IoError::Media(format!("vSSD {}: sync: {e}", self.cfg.name)))
+    }
+
+    /// The block runs this vSSD holds alone now.
+    pub(crate) fn own_runs(&self) -> Arc<OwnRuns> {
+        self.own.lock().clone()
+    }
+
+    /// Recomputes the own runs after the lent extents changed (`lent`).
+    pub(crate) fn set_own_runs(&self, lent: &[Extent]) {
+        *self.own.lock() = Arc::new(config::own_runs(&self.geo, &self.cfg.extents, lent));
     }
 
     /// Syncs that wrote something back since the vSSD was opened (flushes

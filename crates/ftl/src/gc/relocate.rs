@@ -129,7 +129,7 @@ impl Vssd {
             });
         }
         let id = g.blocks[victim as usize].id;
-        self.erase_after_moves(g, id, t)?;
+        self.erase_after_moves(g, id, t, false)?;
         let blk = &mut g.blocks[victim as usize];
         debug_assert_eq!(blk.valid, 0);
         blk.state = BState::Free;
@@ -199,11 +199,15 @@ impl Vssd {
     /// `crates/powerloss`, found both). Writes in a group sync still running
     /// are synced here too. Costs one sync of the vSSD's dirty pages per GC
     /// erase on devices that can outlive a crash, nothing on memory devices.
+    /// `discard`: the block changes hands (lent), so a file's bytes of it go
+    /// too; otherwise this vSSD programs it again and the file keeps it
+    /// allocated ([`flash::FlashDevice::erase_for_reuse`]).
     pub(crate) fn erase_after_moves(
         &self,
         g: &mut Inner,
         id: flash::BlockId,
         t: Nanos,
+        discard: bool,
     ) -> Result<Nanos, FtlError> {
         if self.dev.crash_exposed() {
             let mut set = std::mem::take(&mut g.dirty);
@@ -211,12 +215,16 @@ impl Vssd {
             for (_, s) in &g.syncing {
                 set.merge(s.clone());
             }
-            if let Err(e) = self.dev.sync_dirty(&set) {
+            if let Err(e) = self.dev.sync_dirty(&set, &self.own_runs()) {
                 g.dirty.merge(own);
                 return Err(e.into());
             }
         }
-        let done = self.dev.erase(id, t)?;
+        let done = if discard {
+            self.dev.erase(id, t)?
+        } else {
+            self.dev.erase_for_reuse(id, t)?
+        };
         g.dirty.erased(&self.geo, id);
         Ok(done)
     }

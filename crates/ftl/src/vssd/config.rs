@@ -46,6 +46,32 @@ impl Extent {
     }
 }
 
+/// The block runs a vSSD on `extents` holds alone once `lent` is lent out:
+/// every plane's range of each extent, less the lent top of it (see
+/// [`flash::OwnRuns`]). A whole channel is one run; neighbouring whole
+/// channels join.
+pub(crate) fn own_runs(geo: &Geometry, extents: &[Extent], lent: &[Extent]) -> flash::OwnRuns {
+    let mut runs = Vec::new();
+    for x in extents {
+        let mut ranges = vec![(x.first_block, x.first_block + x.blocks)];
+        for l in lent.iter().filter(|l| l.channel == x.channel) {
+            let (a, b) = (l.first_block, l.first_block + l.blocks);
+            ranges = ranges
+                .into_iter()
+                .flat_map(|(lo, hi)| [(lo, hi.min(a)), (lo.max(b), hi)])
+                .filter(|(lo, hi)| lo < hi)
+                .collect();
+        }
+        for die in 0..geo.dies_per_channel {
+            for plane in 0..geo.planes_per_die {
+                let base = geo.block_id(x.channel, die, plane, 0);
+                runs.extend(ranges.iter().map(|&(lo, hi)| base + lo..base + hi));
+            }
+        }
+    }
+    flash::OwnRuns::new(runs)
+}
+
 /// What a vSSD is made of.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -205,4 +231,50 @@ pub(super) fn validate(geo: &Geometry, cfg: &VssdConfig) -> Result<(), FtlError>
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geo() -> Geometry {
+        Geometry {
+            channels: 4,
+            dies_per_channel: 2,
+            planes_per_die: 1,
+            blocks_per_plane: 8,
+            pages_per_block: 4,
+            page_size: 4096,
+        }
+    }
+
+    /// Whole neighbouring channels are one run; a lent top of a channel and a
+    /// vSSD on part of each plane leave a run per plane.
+    #[test]
+    fn own_runs_are_the_extents_less_what_is_lent() {
+        let g = geo();
+        let whole = [Extent::whole_channel(&g, 1), Extent::whole_channel(&g, 2)];
+        assert_eq!(own_runs(&g, &whole, &[]).runs(), &[16..48]);
+        let lent = [Extent {
+            channel: 2,
+            first_block: 6,
+            blocks: 2,
+        }];
+        // Channel 2's dies hold blocks 32..40 and 40..48; the top two of each
+        // are lent.
+        assert_eq!(own_runs(&g, &whole, &lent).runs(), &[16..38, 40..46]);
+        let part = [Extent {
+            channel: 0,
+            first_block: 2,
+            blocks: 3,
+        }];
+        assert_eq!(own_runs(&g, &part, &[]).runs(), &[2..5, 10..13]);
+        // Every run is the vSSD's own: no block of another extent in it.
+        for r in own_runs(&g, &whole, &lent).runs() {
+            for b in r.clone() {
+                assert!(whole.iter().any(|x| x.contains(&g, b)));
+                assert!(!lent.iter().any(|x| x.contains(&g, b)));
+            }
+        }
+    }
 }

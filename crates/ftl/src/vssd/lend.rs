@@ -145,6 +145,7 @@ impl Vssd {
             Ok(()) => {
                 let out: Vec<Extent> = exts.iter().map(|&(_, x)| x).collect();
                 g.lent.extend_from_slice(&out);
+                self.set_own_runs(&g.lent);
                 tracing::info!(vssd = %self.cfg.name, ?out, "blocks lent");
                 Ok(out)
             }
@@ -206,6 +207,9 @@ impl Vssd {
                 done = done.max(self.dev.erase(id, now)?);
                 g.dirty.erased(&self.geo, id);
                 g.counters.block_erases += 1;
+            } else {
+                // The borrower's GC erased it for reuse: its bytes go now.
+                self.dev.discard(id)?;
             }
         }
         for &(pu, b) in &members {
@@ -219,6 +223,7 @@ impl Vssd {
             g.pus[pu].free.insert((ec, b));
         }
         g.lent.retain(|l| !extents.contains(l));
+        self.set_own_runs(&g.lent);
         g.returned += 1;
         drop(g);
         self.room.wake();
@@ -285,6 +290,8 @@ impl Vssd {
                 done = done.max(self.dev.erase(b.id, now)?);
                 inner.dirty.erased(&self.geo, b.id);
                 inner.counters.block_erases += 1;
+            } else {
+                self.dev.discard(b.id)?;
             }
             b.erase_count = self.dev.erase_count(b.id);
             b.state = BState::Free;
@@ -498,8 +505,11 @@ impl Vssd {
         }
         let id = g.blocks[b as usize].id;
         if self.dev.write_ptr(id) > 0 {
-            self.erase_after_moves(g, id, t)?;
+            self.erase_after_moves(g, id, t, true)?;
             g.counters.block_erases += 1;
+        } else {
+            // Erased for reuse earlier: its old bytes go before it is lent.
+            self.dev.discard(id)?;
         }
         let blk = &mut g.blocks[b as usize];
         debug_assert_eq!(blk.valid, 0);
