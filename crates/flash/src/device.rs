@@ -925,8 +925,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let g = small();
-        let f = FlashDevice::open(&Backend::File { path: path.clone() }, g, Timing::default())
-            .unwrap();
+        let f =
+            FlashDevice::open(&Backend::File { path: path.clone() }, g, Timing::default()).unwrap();
         let bytes = g.block_bytes();
         for p in 0..g.pages_per_block {
             f.program(u64::from(p), &vec![0xAB; 4096], &rec(u64::from(p), 1), 0)
@@ -934,9 +934,16 @@ mod tests {
         }
         f.sync().unwrap();
         assert_eq!(allocated(&path, 0, bytes), bytes);
-        assert!(matches!(f.discard(0), Err(FlashError::NotErased { block: 0 })));
+        assert!(matches!(
+            f.discard(0),
+            Err(FlashError::NotErased { block: 0 })
+        ));
         f.erase_for_reuse(0, 0).unwrap();
-        assert_eq!(allocated(&path, 0, bytes), bytes, "reuse keeps the allocation");
+        assert_eq!(
+            allocated(&path, 0, bytes),
+            bytes,
+            "reuse keeps the allocation"
+        );
         assert_eq!(f.erase_count(0), 1);
         let mut buf = vec![0u8; 4096];
         assert!(matches!(
@@ -956,8 +963,8 @@ mod tests {
         assert_eq!(f.erase_count(0), 2);
         // Reopened, a block is not known to be clean: a discard punches it.
         drop(f);
-        let f = FlashDevice::open(&Backend::File { path: path.clone() }, g, Timing::default())
-            .unwrap();
+        let f =
+            FlashDevice::open(&Backend::File { path: path.clone() }, g, Timing::default()).unwrap();
         f.discard(1).unwrap();
     }
 
