@@ -14,6 +14,9 @@
 #   FLEXSSD_BASE_BIN=PATH  also benchmark this one (a baseline build) in the same run,
 #                          alternating with the others; adds its IOPS and new/base ratio
 #   BENCH_ROWS=REGEX       only the workloads whose name matches (grep -E)
+#   BACKEND=file           flexssd's flash on the default configuration's file
+#                          backend (persistent; page cache, pwrite) instead of
+#                          prefaulted memory
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNTIME=${1:-5}
@@ -33,15 +36,20 @@ trap 'stop_daemon; [ -n "${BPID:-}" ] && kill $BPID 2>/dev/null; [ -n "${KPID:-}
 SIZE=1G
 
 # flexssd: 8 of the default device's 16 channels (2 GiB raw, 1.75 GiB exported).
-FX_CONFIG='
-mode = "fast"
+case ${BACKEND:-memory} in
+  memory) BACKEND_CONFIG='backend = "memory"
+prefault = true' ;;
+  file) BACKEND_CONFIG='backend = "file"' ;;
+  *) echo "bench-nbd: BACKEND must be memory or file, not ${BACKEND}" >&2; exit 1 ;;
+esac
+FX_CONFIG="
+mode = \"fast\"
 [[devices]]
-name = "ssd0"
-backend = "memory"
-prefault = true
+name = \"ssd0\"
+$BACKEND_CONFIG
 [[vssds]]
-name = "bench"
-channels = 8'
+name = \"bench\"
+channels = 8"
 URIS=()
 if [ -n "$BASE_BIN" ]; then
   NEW_BIN=$BIN BIN=$BASE_BIN

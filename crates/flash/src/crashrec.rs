@@ -9,8 +9,9 @@
 //! A device that records ([`FlashDevice::record_crashes`]) keeps, beside its
 //! bytes, a *durable image* (what the disk is known to hold: everything a
 //! completed sync covered) and the log of every write since, in order, as
-//! separate [`Unit`]s: a page's data, its OOB record, the data and the OOB
-//! records of an erased block, and its erase count, each cut at OS page
+//! separate [`Unit`]s: a page's data, its OOB record, the OOB records of an
+//! erased block and its erase count (and its data, zeros, when the erase
+//! punched it: a block that changes hands; see `Store::erase`), each cut at OS page
 //! boundaries (the kernel's unit of write-back). A sync of some byte ranges
 //! moves the units inside them into the durable image, as `msync` does.
 //! [`CrashPoint::image`] builds one crash state: the durable image plus any
@@ -47,7 +48,8 @@ pub enum UnitKind {
     PageData,
     /// A programmed page's OOB record.
     PageOob,
-    /// Part of an erased block's data (zeros).
+    /// Part of a punched block's data (zeros): an erase of a block that
+    /// changes hands, or a discard. An erase for reuse leaves the data.
     EraseData,
     /// An erased block's OOB records (zeros).
     EraseOob,

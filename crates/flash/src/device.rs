@@ -403,8 +403,11 @@ impl FlashDevice {
                     .find(|&p| Oob::decode(store.oob(first + p as u64)).is_some())
                     .map_or(0, |p| p + 1);
             }
-            // A file may hold bytes of blocks erased for reuse before this open.
-            let residue = vec![store.crash_exposed(); bpc];
+            // Blocks erased for reuse before this open may hold old bytes: the
+            // file says which (a fresh file none).
+            let residue = (0..bpc as u32)
+                .map(|i| store.holds_bytes(ch * bpc as u32 + i))
+                .collect();
             channels.push(Mutex::new(Channel {
                 bus: Bus {
                     horizon: timing.suspend_enabled(),
@@ -544,6 +547,9 @@ impl FlashDevice {
         }
         // Data first, then the OOB record: after a kill -9 a page whose record
         // is present is complete; after a host crash, see `Store::program`.
+        // From here the file may hold bytes of the block, even if the program
+        // fails part-way (the host file system out of space).
+        c.residue[bi] |= self.store.crash_exposed();
         self.store.program(p, data, oob)?;
         c.write_ptr[bi] = next + 1;
         let c = &mut *c;
@@ -729,17 +735,27 @@ impl FlashDevice {
         Ok(())
     }
 
+    /// Whether the host file holds any bytes of block `b` (allocated, not a
+    /// hole); always false on the memory backend.
+    pub fn holds_bytes(&self, b: BlockId) -> Result<bool> {
+        self.geo.check_block(b)?;
+        let (ch, _, _) = self.locate(b);
+        let _c = self.channels[ch].lock();
+        Ok(self.store.holds_bytes(b))
+    }
+
     /// Makes everything programmed so far durable (msync for the file backend).
     pub fn sync(&self) -> Result<()> {
         self.store.sync()
     }
 
     /// Makes durable the pages programmed and the blocks erased that `dirty`
-    /// records (one tenant's changes), and nothing of any other tenant: their
-    /// data, OOB records and erase counts. `own` names the block runs the
-    /// tenant holds alone (its dirty blocks in one run are written back as
-    /// one span; `OwnRuns::default()` syncs block by block). Takes no lock;
-    /// the caller holds none either.
+    /// records (one tenant's changes): their data, OOB records and erase
+    /// counts. `own` names the block runs the tenant holds alone (its dirty
+    /// blocks in one run are written back as one span; `OwnRuns::default()`
+    /// syncs block by block); of other tenants, at most the OS pages the set
+    /// shares with them are written back. Takes no lock; the caller holds
+    /// none either.
     pub fn sync_dirty(&self, dirty: &DirtySet, own: &OwnRuns) -> Result<()> {
         self.store.sync_dirty(dirty, own)
     }

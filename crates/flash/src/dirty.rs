@@ -4,7 +4,8 @@
 //! syncing the whole device (every tenant's dirty pages, both whole mappings)
 //! made one tenant's commit pay for all of them. An FTL records here every
 //! page it programs and every block it erases, and [`FlashDevice::sync_dirty`]
-//! syncs exactly those pages, their OOB records and the erase counts.
+//! syncs those pages, their OOB records and the erase counts (with the runs
+//! the tenant holds alone as spans: see [`OwnRuns`]).
 //!
 //! Pages of a block are programmed in order, so a block's dirty pages are one
 //! span; the set holds at most one entry per block however much is written
@@ -54,8 +55,8 @@ impl DirtySet {
             });
     }
 
-    /// Records that block `b` was erased (its data, OOB records and erase
-    /// count changed).
+    /// Records that block `b` was erased (its OOB records and erase count
+    /// changed, and its data if the erase punched it).
     pub fn erased(&mut self, geo: &Geometry, b: BlockId) {
         let ppb = geo.pages_per_block;
         let s = self.blocks.entry(b).or_insert(Span {
@@ -107,8 +108,8 @@ impl DirtySet {
 /// set holds one open block per unit, far apart in the file; syncing them
 /// range by range cost 16 `sync_file_range` calls per flush on a 4-channel
 /// vSSD, and as many waits. Within a run every block is the tenant's own, so
-/// a span from its first dirty page to its last writes back nothing of any
-/// other tenant (clean pages in between cost a page-cache lookup, not I/O).
+/// a span from its first dirty page to its last writes back no other
+/// tenant's pages (clean pages in between cost a page-cache lookup, not I/O).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OwnRuns(Vec<Range<BlockId>>);
 
@@ -260,6 +261,39 @@ mod tests {
     }
 
     proptest! {
+        /// Every byte of every input range is inside exactly one output span,
+        /// and a span reaches no further than the rounded hull of its run's
+        /// ranges (or, untagged, its own range): a sync covers everything the
+        /// set holds and nothing outside the runs it names.
+        #[test]
+        fn spans_cover_everything_and_stay_in_their_runs(
+            ranges in proptest::collection::vec((0usize..200_000, 1usize..10_000, proptest::option::of(0usize..3)), 0..40)
+        ) {
+            let out = spans(&ranges, 4096);
+            for w in out.windows(2) {
+                prop_assert!(w[0].0 + w[0].1 < w[1].0);
+            }
+            for &(s, n, _) in &ranges {
+                for b in [s, s + n - 1] {
+                    prop_assert_eq!(out.iter().filter(|&&(o, m)| o <= b && b < o + m).count(), 1);
+                }
+            }
+            // The allowed area: each run's hull and each untagged range, rounded.
+            let mut allowed: Vec<(usize, usize)> = ranges.iter().filter(|r| r.2.is_none()).map(|&(s, n, _)| (s, n)).collect();
+            for k in 0..3 {
+                let mine: Vec<_> = ranges.iter().filter(|r| r.2 == Some(k)).collect();
+                if let (Some(lo), Some(hi)) = (mine.iter().map(|r| r.0).min(), mine.iter().map(|r| r.0 + r.1).max()) {
+                    allowed.push((lo, hi - lo));
+                }
+            }
+            let allowed = coalesce(allowed, 4096);
+            for &(o, m) in &out {
+                for b in [o, o + m - 1] {
+                    prop_assert!(allowed.iter().any(|&(a, n)| a <= b && b < a + n), "span byte {} outside every run", b);
+                }
+            }
+        }
+
         /// Every byte of every input range is inside exactly one output range;
         /// outputs are aligned, sorted and do not touch.
         #[test]

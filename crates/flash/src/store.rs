@@ -5,23 +5,30 @@
 //! backend both are `MAP_SHARED` mappings of sparse files that serve reads (a read
 //! is a `memcpy` out of the page cache); writes go through the file descriptor
 //! (`pwrite`, see `Store::put` for why not through the mapping), and either way the
-//! kernel persists them even if the process is killed. `sync` is `msync`. An
-//! erase of a block that changes hands punches a hole in the data file (the
-//! bytes are gone, not just forgotten); an erase for reuse (garbage collection)
-//! keeps the block allocated, so programming it again allocates nothing (see
-//! [`Store::erase`]).
+//! kernel persists them even if the process is killed. `sync` is `msync`.
 //!
-//! A tenant's sync ([`Store::sync_dirty`]) writes back only the byte ranges it
-//! changed, and pays for one metadata commit however many ranges and files:
-//! every range of both files is first written back with `sync_file_range` (no
-//! commit, no flush), then the last range of each file gets an `msync`. The
-//! ranges of the blocks of one run the tenant holds alone are one span
-//! ([`crate::OwnRuns`]): four `sync_file_range` calls and one `msync` per sync
-//! instead of two per dirty block and file. The
-//! data file's fsync commits the journal transaction that holds the block
-//! allocations of both files' write-back (sparse files) and flushes the
-//! device's cache; the metadata file's finds that transaction committed and
-//! costs a cache flush at most. (Syncing the files one after the other
+//! The data file is sparse: a block is allocated in the host file system when
+//! it is first programmed. An erase for reuse (garbage collection: the same
+//! tenant programs the block again) keeps it allocated, so the programs that
+//! follow allocate nothing; an erase of a block that changes hands (a vSSD
+//! created, lent, taken back or destroyed) punches a hole in the data file, so
+//! the bytes are gone, not just forgotten (see [`Store::erase`]). So the file
+//! only shrinks when flash changes hands: TRIM and GC give no host space back.
+//!
+//! A tenant's sync ([`Store::sync_dirty`]) writes back what it changed and
+//! pays for one metadata commit however many ranges and files. The ranges of
+//! the dirty blocks of one run the tenant holds alone are one span
+//! ([`crate::OwnRuns`]: clean pages in between cost a page-cache lookup, and
+//! no other tenant's pages lie there), other blocks a range each; all are
+//! rounded out to OS pages, so an OS page shared with another tenant's OOB
+//! records or erase counts (run edges, the erase-count table) is written back
+//! whole. Every span of both files is first written back with
+//! `sync_file_range` (no commit, no flush), then the last range of the data
+//! file gets an `msync`: four `sync_file_range` calls and one `msync` for a
+//! vSSD on neighbouring whole channels, instead of two per dirty block and
+//! file. The data file's fsync commits the journal transaction that holds
+//! the block allocations of both files' write-back (sparse files) and
+//! flushes the device's cache. (Syncing the files one after the other
 //! committed twice: a flush measured 2 fsyncs of 0.2–8 ms each.) That relies
 //! on the file system's fsync committing an inode's metadata as a whole, as
 //! ext4 and XFS do; on any other file system each range gets its own `msync`.
@@ -30,8 +37,7 @@
 //! (its holes are filled with zeros when it is opened), so its write-back
 //! changes no file-system metadata: when the data file has ranges to sync,
 //! the metadata file's pages, written back first, are made durable by the
-//! data file's fsync's cache flush, and only that one fsync is issued. The
-//! data file stays sparse, and an erase punches a hole in it.
+//! data file's fsync's cache flush, and only that one fsync is issued.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -391,6 +397,26 @@ impl Store {
         )
     }
 
+    /// Whether the file holds any allocated bytes of block `b` (SEEK_DATA):
+    /// false for a block that was never programmed or was punched, and always
+    /// false without a data file.
+    pub(crate) fn holds_bytes(&self, b: BlockId) -> bool {
+        use std::os::fd::AsRawFd;
+        let Some(f) = &self.data_file else {
+            return false;
+        };
+        let bytes = self.geo.block_bytes() as i64;
+        let start = self.geo.first_page(b) as i64 * i64::from(self.geo.page_size);
+        // SAFETY: lseek on our own descriptor.
+        let d = unsafe { libc::lseek(f.as_raw_fd(), start as libc::off_t, libc::SEEK_DATA) };
+        // No SEEK_DATA on this file system (an error other than "no data
+        // after this offset"): assume bytes.
+        if d < 0 {
+            return std::io::Error::last_os_error().raw_os_error() != Some(libc::ENXIO);
+        }
+        (d as i64) < start + bytes
+    }
+
     /// Discards a file's bytes of block `b` (hole punched, or zeroed where the
     /// file system cannot punch): what an erase does to a block that changes
     /// hands, and what a block erased for reuse gets before it does. Caller
@@ -532,10 +558,11 @@ impl Store {
     }
 
     /// Makes durable what `dirty` says changed: the programmed pages' data and
-    /// OOB records, and erased blocks' data (holes), OOB records and erase
-    /// counts. Nothing of any other tenant is written back: the dirty blocks
-    /// of one of the caller's `own` runs are synced as one span per file
-    /// (see [`OwnRuns`]), other blocks range by range.
+    /// OOB records, and erased blocks' OOB records, erase counts and (when
+    /// punched) data. The dirty blocks of one of the caller's `own` runs are
+    /// synced as one span per file (see [`OwnRuns`]), other blocks range by
+    /// range; beyond the runs, only OS pages shared with the set are written
+    /// back (see the module docs).
     pub(crate) fn sync_dirty(&self, dirty: &DirtySet, own: &OwnRuns) -> Result<()> {
         if self.data_file.is_none() && self.rec.get().is_none() {
             return Ok(());
@@ -564,9 +591,9 @@ impl Store {
             )?;
         }
         if let Some(r) = self.rec.get() {
-            // The recorder is told exactly what the set held (not the spans),
-            // so writes that landed in a span during the sync stay pending in
-            // its crash states.
+            // The recorder is told what the set held (its ranges rounded to OS
+            // pages, not the spans), so writes that landed between its blocks
+            // during the sync stay pending in its crash states.
             let exact = |v: Vec<(usize, usize, Option<usize>)>| {
                 coalesce(v.into_iter().map(|(o, n, _)| (o, n)).collect(), OS_PAGE)
             };

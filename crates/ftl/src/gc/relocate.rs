@@ -191,7 +191,7 @@ impl Vssd {
 
     /// Erases block `id`, whose live pages were just moved, at `t`; first
     /// makes durable every write of this vSSD so far. Why: a host crash may
-    /// persist the erase (the hole punched, the zeroed OOB records) without
+    /// persist the erase (the zeroed OOB records, or the hole punched) without
     /// writes still in the page cache, and the block holds (a) live pages
     /// whose copies are such writes, and (b) stale versions that writes not
     /// yet synced replaced. Either way a crash after the erase would lose a

@@ -958,3 +958,106 @@ fn gc_out_of_room_midway_loses_nothing() {
     }
     check(&v, &m);
 }
+
+/// On a file-backed device, blocks that change hands leave no bytes of their
+/// owner in the host file: lending punches the lent range (blocks GC had
+/// erased for reuse too), taking it back punches what the gSSD left there,
+/// and the home's own syncs stop covering the range while it is lent.
+#[test]
+fn blocks_that_change_hands_leave_no_bytes_in_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = Geometry {
+        page_size: 4096,
+        ..geo()
+    };
+    let rig = Rig {
+        g,
+        dev: Arc::new(
+            FlashDevice::open(
+                &Backend::File {
+                    path: dir.path().join("ssd"),
+                },
+                g,
+                Timing::default(),
+            )
+            .unwrap(),
+        ),
+        clock: Arc::new(VirtualClock::new(0)),
+        ckpt: Arc::new(MemCheckpoints::default()),
+    };
+    let extents = vec![Extent::whole_channel(&g, 0)];
+    let max = max_capacity(&g, &extents);
+    let v = rig.create(VssdConfig {
+        id: 1,
+        name: "home".into(),
+        capacity_bytes: max / 2 / 4096 * 4096,
+        extents,
+        gc: GcPolicyKind::Greedy,
+        lent: Vec::new(),
+    });
+    // Every block programmed at least once, and GC has erased some for reuse.
+    let pages = v.size() / 4096;
+    for r in 0..8u64 {
+        for lba in 0..pages {
+            v.write(lba * 4096, &vec![(r + lba) as u8 | 1; 4096], false)
+                .unwrap();
+        }
+    }
+    v.flush().unwrap();
+    assert!(v.stats().gc_runs > 0);
+    let whole = (0..g.blocks_per_channel()).collect::<Vec<_>>();
+    assert!(whole.iter().all(|&b| rig.dev.holds_bytes(b).unwrap()));
+    let n = v.lendable()[0].1;
+    assert!(n > 0);
+    let top = Extent {
+        channel: 0,
+        first_block: g.blocks_per_plane - n,
+        blocks: n,
+    };
+    let reused = rig
+        .blocks_of(&[top])
+        .into_iter()
+        .filter(|&b| rig.dev.write_ptr(b) == 0 && rig.dev.holds_bytes(b).unwrap())
+        .count();
+    assert!(
+        reused > 0,
+        "no block of the range to lend was erased for reuse"
+    );
+    let ext = v.lend(&[0], n).unwrap();
+    assert_eq!(ext, vec![top]);
+    let lent = rig.blocks_of(&ext);
+    for &b in &lent {
+        assert!(
+            !rig.dev.holds_bytes(b).unwrap(),
+            "lent block {b} kept the home's bytes"
+        );
+    }
+    // The home's syncs no longer cover the lent range.
+    for r in v.own_runs().runs() {
+        assert!(
+            lent.iter().all(|b| !r.contains(b)),
+            "{r:?} covers a lent block"
+        );
+    }
+    let gs = rig.gssd(9, &ext);
+    let full = vec![0x5Au8; gs.size() as usize];
+    gs.write(0, &full, false).unwrap();
+    gs.write(0, &full, false).unwrap();
+    gs.flush().unwrap();
+    // The gSSD's GC left blocks erased for reuse, holding its old bytes.
+    assert!(lent
+        .iter()
+        .any(|&b| rig.dev.write_ptr(b) == 0 && rig.dev.holds_bytes(b).unwrap()));
+    drop(gs);
+    v.take_back(&ext).unwrap();
+    for &b in &lent {
+        assert!(
+            !rig.dev.holds_bytes(b).unwrap(),
+            "block {b} kept the gSSD's bytes"
+        );
+    }
+    let runs: Vec<_> = v.own_runs().runs().to_vec();
+    #[allow(clippy::single_range_in_vec_init)]
+    let all = vec![0..g.blocks_per_channel()];
+    assert_eq!(runs, all, "the home's runs cover its channel again");
+}
