@@ -227,16 +227,25 @@ lease_ttl_s = 3
         s
     };
 
+    // The fleet's last answer goes into the failure message (a run in the
+    // full suite once waited 60 s while every host had joined within 1 s).
+    let last = std::cell::RefCell::new(String::new());
     wait_for(
         "three hosts registered over their veths",
         Duration::from_secs(60),
         || {
             let out = fleet(&url, &["cluster", "hosts", "--json"]);
+            *last.borrow_mut() = format!(
+                "status {}, stdout {}, stderr {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
             v.as_array()
                 .is_some_and(|a| a.iter().filter(|h| h["state"] == "alive").count() == hosts)
         },
-        &logs,
+        &|| format!("--- last `cluster hosts --json`\n{}\n{}", last.borrow(), logs()),
     );
     for k in 1..=hosts {
         let out = fleet(
