@@ -65,9 +65,14 @@ pub struct CacheArgs {
     #[arg(long, value_name = "POLICY", default_value = "write-through", value_parser = parse_write_policy)]
     pub write_policy: WritePolicy,
     /// Stretch every tenant's timeline to this many seconds, so that traces of
-    /// different lengths overlap for the whole run.
+    /// different lengths overlap for the whole run; a trace longer than the
+    /// span is cut there, not compressed.
     #[arg(long, value_name = "SECONDS")]
     pub span: Option<f64>,
+    /// With --span: refuse to stretch any trace by more than this factor
+    /// (the run fails, naming the trace).
+    #[arg(long, value_name = "FACTOR")]
+    pub max_stretch: Option<f64>,
     /// Worker threads (default: the number of cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -123,6 +128,7 @@ fn config(a: &CacheArgs) -> Result<SimConfig> {
         cost,
         write_policy: a.write_policy,
         span_secs: a.span,
+        max_stretch: a.max_stretch,
     };
     cfg.validate()?;
     Ok(cfg)

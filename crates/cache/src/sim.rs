@@ -19,10 +19,15 @@
 //! Volumes inside one trace (MSR disk numbers, Tencent volume ids, DiskSim
 //! devices) are separate address spaces of the same tenant.
 //!
-//! `span_secs` optionally stretches (or shrinks) every tenant's timeline to
-//! the same length, so that short excerpts of different lengths overlap for
-//! the whole run and epoch-based policies see several epochs; it changes only
-//! time, never order within a tenant. A first pass over each trace finds its
+//! `span_secs` optionally stretches every tenant's timeline to the same
+//! length, so that short excerpts of different lengths overlap for the whole
+//! run and epoch-based policies see several epochs; it changes only time,
+//! never order within a tenant. A trace longer than the span is cut there
+//! (its requests after the span are left out) rather than compressed, which
+//! would multiply its intensity. `max_stretch` refuses a span that stretches
+//! some trace by more than that factor: a trace stretched 1,000 times has its
+//! bursts spread over hours, and epoch-based policies would be judged on a
+//! burstiness that is not the trace's. A first pass over each trace finds its
 //! earliest and latest time stamps, and time then runs from the earliest
 //! (rather than from the first request, as without stretching).
 
@@ -54,9 +59,12 @@ pub struct SimConfig {
     /// How writes reach the disk (see [`WritePolicy`]); write-through by
     /// default, as the live tier.
     pub write_policy: WritePolicy,
-    /// Stretch every tenant's timeline to this many seconds (see the module
-    /// documentation); `None` keeps trace time.
+    /// Stretch every tenant's timeline to this many seconds, cutting longer
+    /// ones there (see the module documentation); `None` keeps trace time.
     pub span_secs: Option<f64>,
+    /// With `span_secs`: the most any trace may be stretched (a factor);
+    /// `None`: no limit.
+    pub max_stretch: Option<f64>,
 }
 
 impl SimConfig {
@@ -69,6 +77,18 @@ impl SimConfig {
                 return Err(CacheError::Config(format!(
                     "span_secs = {s}: must be positive"
                 )));
+            }
+        }
+        if let Some(m) = self.max_stretch {
+            if !(m.is_finite() && m >= 1.0) {
+                return Err(CacheError::Config(format!(
+                    "max_stretch = {m}: must be at least 1"
+                )));
+            }
+            if self.span_secs.is_none() {
+                return Err(CacheError::Config(
+                    "max_stretch limits the stretching of span_secs: give a span too".into(),
+                ));
             }
         }
         Ok(())
@@ -288,8 +308,8 @@ struct Cursor {
     name: String,
     first: Option<u64>,
     clock: u64,
-    /// Origin and multiplier from trace time to simulated time, when stretched.
-    scale: Option<(u64, f64)>,
+    /// How trace time becomes simulated time, when stretched.
+    scale: Option<Scale>,
     memo: Option<(u32, u32)>,
 }
 
@@ -297,16 +317,23 @@ impl Cursor {
     /// Next request with its time made relative, scaled and non-decreasing.
     #[inline]
     fn pull(&mut self) -> Result<Option<Request>, CacheError> {
-        let Some(r) = self.it.next() else {
-            return Ok(None);
+        let mut r = loop {
+            let Some(r) = self.it.next() else {
+                return Ok(None);
+            };
+            let r = r?;
+            // A trace longer than the span is cut there.
+            if self.scale.is_some_and(|s| r.time_ns > s.cut) {
+                continue;
+            }
+            break r;
         };
-        let mut r = r?;
         let t = match self.scale {
             None => {
                 let first = *self.first.get_or_insert(r.time_ns);
                 r.time_ns.saturating_sub(first)
             }
-            Some((origin, s)) => (r.time_ns.saturating_sub(origin) as f64 * s) as u64,
+            Some(s) => (r.time_ns.saturating_sub(s.origin) as f64 * s.factor) as u64,
         };
         self.clock = self.clock.max(t);
         r.time_ns = self.clock;
@@ -326,10 +353,7 @@ struct Merge {
 }
 
 impl Merge {
-    fn open(
-        sources: &[Box<dyn Source>],
-        scales: &[Option<(u64, f64)>],
-    ) -> Result<Merge, CacheError> {
+    fn open(sources: &[Box<dyn Source>], scales: &[Option<Scale>]) -> Result<Merge, CacheError> {
         if sources.is_empty() {
             return Err(CacheError::Input("no trace given".into()));
         }
@@ -429,19 +453,53 @@ fn time_ranges(sources: &[Box<dyn Source>]) -> Result<Vec<(u64, u64)>, CacheErro
         .collect()
 }
 
-type Scales = Vec<Option<(u64, f64)>>;
+/// How one trace's time becomes simulated time when stretched: from `origin`,
+/// times `factor`; requests after `cut` (trace time) are left out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Scale {
+    origin: u64,
+    factor: f64,
+    cut: u64,
+}
+
+type Scales = Vec<Option<Scale>>;
 
 fn scales(sources: &[Box<dyn Source>], cfg: &SimConfig) -> Result<Scales, CacheError> {
-    match cfg.span_secs {
-        None => Ok(vec![None; sources.len()]),
-        Some(span) => Ok(time_ranges(sources)?
-            .into_iter()
-            .map(|(lo, hi)| {
-                let d = hi - lo;
-                Some((lo, if d == 0 { 0.0 } else { span * 1e9 / d as f64 }))
-            })
-            .collect()),
-    }
+    let Some(span) = cfg.span_secs else {
+        return Ok(vec![None; sources.len()]);
+    };
+    let span_ns = span * 1e9;
+    sources
+        .iter()
+        .zip(time_ranges(sources)?)
+        .map(|(s, (lo, hi))| {
+            let d = (hi - lo) as f64;
+            if d >= span_ns {
+                // Longer than the span: cut, not compressed.
+                return Ok(Some(Scale {
+                    origin: lo,
+                    factor: 1.0,
+                    cut: lo.saturating_add(span_ns as u64),
+                }));
+            }
+            let factor = if d == 0.0 { 0.0 } else { span_ns / d };
+            if let Some(m) = cfg.max_stretch {
+                if d == 0.0 || factor > m {
+                    return Err(CacheError::Config(format!(
+                        "trace {} lasts {:.3} s: stretching it to the {span} s span is {}, more than max_stretch {m}x",
+                        s.name(),
+                        d / 1e9,
+                        if d == 0.0 { "unbounded".to_string() } else { format!("{factor:.1}x") }
+                    )));
+                }
+            }
+            Ok(Some(Scale {
+                origin: lo,
+                factor,
+                cut: hi,
+            }))
+        })
+        .collect()
 }
 
 /// Runs one policy at one cache size over the merged traces.
@@ -458,7 +516,7 @@ pub fn run_one(
 
 fn run_scaled(
     sources: &[Box<dyn Source>],
-    scales: &[Option<(u64, f64)>],
+    scales: &[Option<Scale>],
     kind: PolicyKind,
     cache_bytes: u64,
     cfg: &SimConfig,
@@ -966,8 +1024,10 @@ mod tests {
         // Natively 4 s: GREM places bins after the first epoch and hits.
         let native = run_one(&s, PolicyKind::Grem, 64 << 20, &cfg).unwrap();
         assert!(native.total.hits() > 0);
-        // Squeezed into 0.5 s: one epoch, nothing is ever placed.
-        let squeezed = run_one(
+        // A 0.5 s span cuts the 4 s trace there (it is not compressed): only
+        // the first half second is replayed, within one epoch, so nothing is
+        // ever placed.
+        let cut = run_one(
             &s,
             PolicyKind::Grem,
             64 << 20,
@@ -977,8 +1037,9 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(native.total.accesses(), squeezed.total.accesses());
-        assert_eq!(squeezed.total.hits(), 0);
+        assert!(cut.total.accesses() > 0);
+        assert!(cut.total.accesses() < native.total.accesses() / 4);
+        assert_eq!(cut.total.hits(), 0);
         // LRU does not care about time at all.
         let a = run_one(&s, PolicyKind::Glru, 64 << 20, &cfg).unwrap();
         let b = run_one(
@@ -992,6 +1053,58 @@ mod tests {
         )
         .unwrap();
         assert_eq!(a.total, b.total);
+    }
+
+    /// A span stretches a shorter trace (here 10x: a trace of 1 s to 10 s),
+    /// and `max_stretch` refuses one that would stretch a trace further,
+    /// naming it; a longer trace is cut, never compressed.
+    #[test]
+    fn stretching_is_capped_and_long_traces_are_cut() {
+        let one_s: Vec<Request> = (0..100u64)
+            .map(|i| {
+                req(
+                    i * 10_000_000 + 10_000_000,
+                    0,
+                    Op::Read,
+                    (i % 7) << 12,
+                    4096,
+                )
+            })
+            .collect();
+        let ten_s: Vec<Request> = (0..100u64)
+            .map(|i| req(i * 100_000_000, 0, Op::Read, (i % 7) << 12, 4096))
+            .collect();
+        let s = vec![src("short", one_s.clone()), src("long", ten_s)];
+        let cfg = |span: f64, cap: Option<f64>| SimConfig {
+            span_secs: Some(span),
+            max_stretch: cap,
+            ..SimConfig::default()
+        };
+        let ok = run_one(&s, PolicyKind::Glru, 1 << 20, &cfg(5.0, Some(10.0))).unwrap();
+        // "long" is cut at 5 s: about half of its requests.
+        assert!((140..=160).contains(&ok.total.requests), "{:?}", ok.total);
+        let e = run_one(&s, PolicyKind::Glru, 1 << 20, &cfg(20.0, Some(10.0)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("short") && e.contains("max_stretch 10x"), "{e}");
+        // A trace of one instant cannot be stretched at all.
+        let point = vec![src("point", vec![req(7, 0, Op::Read, 0, 4096)])];
+        assert!(run_one(&point, PolicyKind::Glru, 1 << 20, &cfg(1.0, Some(10.0))).is_err());
+        assert!(SimConfig {
+            max_stretch: Some(0.5),
+            ..cfg(1.0, None)
+        }
+        .validate()
+        .is_err());
+        assert!(SimConfig {
+            max_stretch: Some(2.0),
+            span_secs: None,
+            ..SimConfig::default()
+        }
+        .validate()
+        .is_err());
+        // Without a cap any stretch goes.
+        run_one(&s[..1], PolicyKind::Glru, 1 << 20, &cfg(1000.0, None)).unwrap();
     }
 
     #[test]
