@@ -245,7 +245,13 @@ lease_ttl_s = 3
             v.as_array()
                 .is_some_and(|a| a.iter().filter(|h| h["state"] == "alive").count() == hosts)
         },
-        &|| format!("--- last `cluster hosts --json`\n{}\n{}", last.borrow(), logs()),
+        &|| {
+            format!(
+                "--- last `cluster hosts --json`\n{}\n{}",
+                last.borrow(),
+                logs()
+            )
+        },
     );
     for k in 1..=hosts {
         let out = fleet(

@@ -456,14 +456,29 @@ impl BtrfsVolume {
         Ok(self.size())
     }
 
+    /// `btrfs filesystem show --raw` of the mount. btrfs-progs finds the file system
+    /// by reading the mount table and scanning block devices; while another volume on
+    /// the host mounts, unmounts or drops a loop device, that scan can answer "not a
+    /// valid btrfs filesystem" for a mount that is fine (seen with two volumes built
+    /// at once), so that answer is tried again for up to 5 s.
+    fn show(&self) -> Result<String> {
+        let mnt = self.mount.to_string_lossy().to_string();
+        let deadline = self.clock.now() + 5 * SEC;
+        loop {
+            match sh("btrfs", &["filesystem", "show", "--raw", &mnt]) {
+                Err(e) if e.to_string().contains("not a valid") && self.clock.now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                r => return r,
+            }
+        }
+    }
+
     /// Bytes btrfs has allocated on `dev` (chunks of any kind), from `btrfs
     /// filesystem show --raw`: what a `btrfs device remove` of it must move at most.
     #[cfg(test)]
     fn allocated_on(&self, dev: &str) -> Result<u64> {
-        let out = sh(
-            "btrfs",
-            &["filesystem", "show", "--raw", &self.mount.to_string_lossy()],
-        )?;
+        let out = self.show()?;
         parse_device(&out, dev)
             .map(|(_, a)| a)
             .ok_or_else(|| anyhow!("{dev} not in `btrfs filesystem show`"))
@@ -472,10 +487,7 @@ impl BtrfsVolume {
     /// `(size, allocated)` of every disk, in the pool's order, from one `btrfs
     /// filesystem show --raw`.
     fn allocations(&self) -> Result<Vec<(u64, u64)>> {
-        let out = sh(
-            "btrfs",
-            &["filesystem", "show", "--raw", &self.mount.to_string_lossy()],
-        )?;
+        let out = self.show()?;
         self.disks
             .iter()
             .map(|d| {
@@ -503,12 +515,43 @@ impl BtrfsVolume {
         }
     }
 
+    /// Unmounts the file system. A busy mount is tried again for up to 10 s: right
+    /// after a device removal btrfs's own workers, or a child another thread is
+    /// forking, can hold it for a moment (CI saw `target is busy` once). A mount
+    /// still busy then is an error that names who holds it (`fuser -vm`).
+    fn unmount(&self) -> Result<()> {
+        let mnt = self.mount.to_string_lossy().to_string();
+        let deadline = self.clock.now() + 10 * SEC;
+        loop {
+            match sh("umount", &[&mnt]) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.to_string().contains("busy") && self.clock.now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => {
+                    let holders = Command::new("fuser")
+                        .args(["-vm", &mnt])
+                        .output()
+                        .map(|o| String::from_utf8_lossy(&o.stderr).trim().to_string())
+                        .unwrap_or_default();
+                    return Err(e.context(format!(
+                        "unmount failed; disks left attached; holders: {}",
+                        if holders.is_empty() {
+                            "none found"
+                        } else {
+                            &holders
+                        }
+                    )));
+                }
+            }
+        }
+    }
+
     /// Unmounts and releases every disk (clean shutdown).
     pub fn teardown(&mut self) -> Result<()> {
         if self.mounted {
             let _ = sh("sync", &[]);
-            sh("umount", &[&self.mount.to_string_lossy()])
-                .context("unmount failed (busy?); disks left attached")?;
+            self.unmount()?;
             self.mounted = false;
         }
         while let Some(mut d) = self.disks.pop() {
