@@ -422,7 +422,7 @@ impl BtrfsVolume {
     fn remove_one(&mut self, i: usize, moved: u64, t0: Nanos) -> Result<u64> {
         self.disks[i].info.state = DiskState::Removing;
         let dev = self.disks[i].loopdev.clone();
-        let before = self.raw_stats();
+        let before = self.bracket(false);
         // Blocks while btrfs moves every extent off the device; fails, leaving the
         // device in the pool, if they do not fit or the call is interrupted.
         if let Err(e) = sh(
@@ -431,7 +431,7 @@ impl BtrfsVolume {
         ) {
             // A failed removal has moved some block groups already (and may move
             // others back): relocation too.
-            let after = self.raw_stats();
+            let after = self.bracket(true);
             self.relocation.record(before, after, moved);
             self.disks[i].info.state = DiskState::Active;
             return Err(e.context(format!(
@@ -442,7 +442,7 @@ impl BtrfsVolume {
         let t_move = secs(t0, self.clock.now());
         let mut d = self.disks.remove(i);
         self.detach(&mut d);
-        let after = self.raw_stats();
+        let after = self.bracket(true);
         self.relocation.record(before, after, moved);
         self.log.push(format!(
             "remove {} ({dev}): move {:.2} s, total {:.2} s, {} MiB written during it \
@@ -512,6 +512,33 @@ impl BtrfsVolume {
             written: w,
             read: r,
             relocated: 0,
+        }
+    }
+
+    /// Bytes in use, from statvfs (what `df` shows).
+    fn used(&self) -> Result<u64> {
+        let c = std::ffi::CString::new(self.mount.to_string_lossy().as_bytes())?;
+        // SAFETY: statvfs fills the zeroed struct; c is a valid C string.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; st outlives the call.
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+            bail!(
+                "statvfs {}: {}",
+                self.mount.display(),
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok((st.f_blocks as u64).saturating_sub(st.f_bfree as u64) * st.f_frsize as u64)
+    }
+
+    /// Raw device counters with `used`, to bracket a relocation. If `used` cannot
+    /// be read, every write in the window is counted as the application's (see
+    /// [`RelocationAccount`]): `before` reads 0 and `after` the maximum.
+    fn bracket(&self, at_end: bool) -> FsStats {
+        let used = self.used().unwrap_or(if at_end { u64::MAX } else { 0 });
+        FsStats {
+            used,
+            ..self.raw_stats()
         }
     }
 
@@ -601,19 +628,9 @@ fn to_volume_err(e: anyhow::Error) -> elastic::Error {
 
 impl Volume for BtrfsVolume {
     fn stats(&mut self, _now: Nanos) -> elastic::Result<FsStats> {
-        let c = std::ffi::CString::new(self.mount.to_string_lossy().as_bytes())
-            .map_err(|e| elastic::Error::Volume(e.to_string()))?;
-        // SAFETY: statvfs fills the zeroed struct; c is a valid C string.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: as above; st outlives the call.
-        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-            return Err(elastic::Error::Volume(format!(
-                "statvfs {}: {}",
-                self.mount.display(),
-                std::io::Error::last_os_error()
-            )));
-        }
-        let used = (st.f_blocks as u64).saturating_sub(st.f_bfree as u64) * st.f_frsize as u64;
+        let used = self
+            .used()
+            .map_err(|e| elastic::Error::Volume(format!("{e:#}")))?;
         Ok(self.relocation.apply(FsStats {
             used,
             ..self.raw_stats()
