@@ -735,6 +735,18 @@ impl FlashDevice {
         Ok(())
     }
 
+    /// Readies block `b` to change hands (a vSSD created, destroyed, lending or
+    /// taking back): a block holding pages is erased as [`FlashDevice::erase`]
+    /// does, issued at `now`, and its completion returned; an erased one only
+    /// loses the bytes an erase for reuse left in the file
+    /// ([`FlashDevice::discard`]), and `None` is returned (no erase happened).
+    pub fn erase_to_hand_over(&self, b: BlockId, now: Nanos) -> Result<Option<Nanos>> {
+        if self.write_ptr(b) > 0 {
+            return self.erase(b, now).map(Some);
+        }
+        self.discard(b).map(|()| None)
+    }
+
     /// Whether the host file holds any bytes of block `b` (allocated, not a
     /// hole); always false on the memory backend.
     pub fn holds_bytes(&self, b: BlockId) -> Result<bool> {

@@ -190,13 +190,11 @@ impl Vssd {
                 if b.state == BState::Lent {
                     continue;
                 }
-                if v.dev.write_ptr(b.id) > 0 {
-                    v.dev.erase(b.id, now)?;
+                // Programmed blocks are erased; erased ones may still hold an
+                // earlier owner's bytes (its GC erased them for reuse).
+                if v.dev.erase_to_hand_over(b.id, now)?.is_some() {
                     b.erase_count = v.dev.erase_count(b.id);
                     inner.counters.block_erases += 1;
-                } else {
-                    // An earlier owner's GC may have left bytes there.
-                    v.dev.discard(b.id)?;
                 }
             }
             for (i, b) in inner.blocks.iter().enumerate() {
@@ -303,12 +301,10 @@ impl Vssd {
             if b.state == BState::Lent {
                 continue;
             }
-            if self.dev.write_ptr(b.id) > 0 {
-                done = done.max(self.dev.erase(b.id, now)?);
+            if let Some(t) = self.dev.erase_to_hand_over(b.id, now)? {
+                done = done.max(t);
                 inner.counters.block_erases += 1;
                 b.erase_count += 1;
-            } else {
-                self.dev.discard(b.id)?;
             }
             b.state = BState::Free;
             b.wp = 0;

@@ -203,13 +203,11 @@ impl Vssd {
         let mut done = now;
         for &(_, b) in &members {
             let id = g.blocks[b as usize].id;
-            if self.dev.write_ptr(id) > 0 {
-                done = done.max(self.dev.erase(id, now)?);
+            // An erased block may hold bytes the borrower's GC left: they go too.
+            if let Some(t) = self.dev.erase_to_hand_over(id, now)? {
+                done = done.max(t);
                 g.dirty.erased(&self.geo, id);
                 g.counters.block_erases += 1;
-            } else {
-                // The borrower's GC erased it for reuse: its bytes go now.
-                self.dev.discard(id)?;
             }
         }
         for &(pu, b) in &members {
@@ -286,12 +284,10 @@ impl Vssd {
             if b.state == BState::Lent {
                 continue;
             }
-            if self.dev.write_ptr(b.id) > 0 {
-                done = done.max(self.dev.erase(b.id, now)?);
+            if let Some(t) = self.dev.erase_to_hand_over(b.id, now)? {
+                done = done.max(t);
                 inner.dirty.erased(&self.geo, b.id);
                 inner.counters.block_erases += 1;
-            } else {
-                self.dev.discard(b.id)?;
             }
             b.erase_count = self.dev.erase_count(b.id);
             b.state = BState::Free;
