@@ -463,10 +463,27 @@ impl BtrfsVolume {
     /// at once), so that answer is tried again for up to 5 s.
     fn show(&self) -> Result<String> {
         let mnt = self.mount.to_string_lossy().to_string();
-        let deadline = self.clock.now() + 5 * SEC;
+        self.sh_retrying(
+            "btrfs",
+            &["filesystem", "show", "--raw", &mnt],
+            "not a valid",
+            5 * SEC,
+        )
+    }
+
+    /// Runs a tool as [`sh`] does, and again while it fails with `transient` in
+    /// its error, until `within` has passed on the volume's clock.
+    fn sh_retrying(
+        &self,
+        cmd: &str,
+        args: &[&str],
+        transient: &str,
+        within: Nanos,
+    ) -> Result<String> {
+        let deadline = self.clock.now() + within;
         loop {
-            match sh("btrfs", &["filesystem", "show", "--raw", &mnt]) {
-                Err(e) if e.to_string().contains("not a valid") && self.clock.now() < deadline => {
+            match sh(cmd, args) {
+                Err(e) if e.to_string().contains(transient) && self.clock.now() < deadline => {
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 r => return r,
@@ -548,30 +565,23 @@ impl BtrfsVolume {
     /// still busy then is an error that names who holds it (`fuser -vm`).
     fn unmount(&self) -> Result<()> {
         let mnt = self.mount.to_string_lossy().to_string();
-        let deadline = self.clock.now() + 10 * SEC;
-        loop {
-            match sh("umount", &[&mnt]) {
-                Ok(_) => return Ok(()),
-                Err(e) if e.to_string().contains("busy") && self.clock.now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Err(e) => {
-                    let holders = Command::new("fuser")
-                        .args(["-vm", &mnt])
-                        .output()
-                        .map(|o| String::from_utf8_lossy(&o.stderr).trim().to_string())
-                        .unwrap_or_default();
-                    return Err(e.context(format!(
-                        "unmount failed; disks left attached; holders: {}",
-                        if holders.is_empty() {
-                            "none found"
-                        } else {
-                            &holders
-                        }
-                    )));
-                }
-            }
-        }
+        self.sh_retrying("umount", &[&mnt], "busy", 10 * SEC)
+            .map(drop)
+            .map_err(|e| {
+                let holders = Command::new("fuser")
+                    .args(["-vm", &mnt])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stderr).trim().to_string())
+                    .unwrap_or_default();
+                e.context(format!(
+                    "unmount failed; disks left attached; holders: {}",
+                    if holders.is_empty() {
+                        "none found"
+                    } else {
+                        &holders
+                    }
+                ))
+            })
     }
 
     /// Unmounts and releases every disk (clean shutdown).
