@@ -338,6 +338,9 @@ struct Channel {
     /// earlier program (erased for reuse, or not known to be clean since the
     /// device was opened): [`FlashDevice::discard`] punches them.
     residue: Vec<bool>,
+    /// Blocks whose erase [`FlashDevice::erase_for_reuse_later`] booked on
+    /// their die but whose bytes are not erased yet.
+    booked: Vec<bool>,
 }
 
 /// Operation counters of a device.
@@ -416,6 +419,7 @@ impl FlashDevice {
                 dies: (0..geo.dies_per_channel).map(|_| Die::default()).collect(),
                 write_ptr,
                 residue,
+                booked: vec![false; bpc],
             }));
         }
         Self {
@@ -534,6 +538,9 @@ impl FlashDevice {
         let (b, pg) = self.geo.split(p);
         let (ch, die, bi) = self.locate(b);
         let mut c = self.channels[ch].lock();
+        if c.booked[bi] {
+            return Err(FlashError::EraseUnfinished { block: b });
+        }
         let next = c.write_ptr[bi];
         if next >= self.geo.pages_per_block {
             return Err(FlashError::BlockFull { block: b });
@@ -591,6 +598,49 @@ impl FlashDevice {
         self.erase_block(b, now, false)
     }
 
+    /// Books GC's erase of block `b` on its die, issued at `now`, and returns
+    /// its completion time as [`FlashDevice::erase_for_reuse`] does, but
+    /// leaves the block's bytes, OOB records and erase count as they are
+    /// until [`FlashDevice::finish_erase`]. For an owner whose copies of the
+    /// block's pages (and whose newer versions of its stale pages) are not
+    /// durable yet: a host crash could persist the erase and not them, and
+    /// waiting for them here would cost a sync per erase. Programs into the
+    /// block fail until the erase is finished; [`FlashDevice::erase`] (a
+    /// hand-over) finishes it without booking the die again.
+    pub fn erase_for_reuse_later(&self, b: BlockId, now: Nanos) -> Result<Nanos> {
+        self.geo.check_block(b)?;
+        let (ch, die, bi) = self.locate(b);
+        let mut c = self.channels[ch].lock();
+        c.booked[bi] = true;
+        Ok(self.book_erase(&mut c.dies[die], now))
+    }
+
+    /// Erases the bytes of block `b` whose erase
+    /// [`FlashDevice::erase_for_reuse_later`] booked (OOB cleared, erase
+    /// count + 1, a file keeps the bytes), with no modelled time: the die
+    /// paid when it was booked. Returns false, doing nothing, for a block
+    /// with no booked erase (finished already, or erased since).
+    pub fn finish_erase(&self, b: BlockId) -> Result<bool> {
+        self.geo.check_block(b)?;
+        let (ch, _, bi) = self.locate(b);
+        let mut c = self.channels[ch].lock();
+        if !c.booked[bi] {
+            return Ok(false);
+        }
+        self.store.erase(b, false)?;
+        c.write_ptr[bi] = 0;
+        c.residue[bi] = self.store.crash_exposed();
+        c.booked[bi] = false;
+        Ok(true)
+    }
+
+    /// Whether block `b` has an erase booked and not finished (see
+    /// [`FlashDevice::erase_for_reuse_later`]).
+    pub fn erase_pending(&self, b: BlockId) -> bool {
+        let (ch, _, bi) = self.locate(b);
+        self.channels[ch].lock().booked[bi]
+    }
+
     fn erase_block(&self, b: BlockId, now: Nanos, discard: bool) -> Result<Nanos> {
         self.geo.check_block(b)?;
         let (ch, die, bi) = self.locate(b);
@@ -598,7 +648,15 @@ impl FlashDevice {
         self.store.erase(b, discard)?;
         c.write_ptr[bi] = 0;
         c.residue[bi] = !discard && self.store.crash_exposed();
-        let d = &mut c.dies[die];
+        if std::mem::take(&mut c.booked[bi]) {
+            // Its die time was booked with the erase.
+            return Ok(now);
+        }
+        Ok(self.book_erase(&mut c.dies[die], now))
+    }
+
+    /// Books an erase on die `d` issued at `now`; returns its completion.
+    fn book_erase(&self, d: &mut Die, now: Nanos) -> Nanos {
         let start = now.max(d.free);
         let done = if self.timing.suspend_enabled() {
             d.push_long(
@@ -612,7 +670,7 @@ impl FlashDevice {
             d.free
         };
         self.erases.fetch_add(1, Relaxed);
-        Ok(done)
+        done
     }
 
     /// Hints that page `p` will be read soon: asks the CPU to start loading its
@@ -741,7 +799,7 @@ impl FlashDevice {
     /// loses the bytes an erase for reuse left in the file
     /// ([`FlashDevice::discard`]), and `None` is returned (no erase happened).
     pub fn erase_to_hand_over(&self, b: BlockId, now: Nanos) -> Result<Option<Nanos>> {
-        if self.write_ptr(b) > 0 {
+        if self.write_ptr(b) > 0 || self.erase_pending(b) {
             return self.erase(b, now).map(Some);
         }
         self.discard(b).map(|()| None)
@@ -759,6 +817,15 @@ impl FlashDevice {
     /// Makes everything programmed so far durable (msync for the file backend).
     pub fn sync(&self) -> Result<()> {
         self.store.sync()
+    }
+
+    /// Makes the erases of `blocks` durable: their OOB records and erase
+    /// counts, and nothing of the page data. Takes no lock.
+    pub fn sync_erases(&self, blocks: &[BlockId]) -> Result<()> {
+        for &b in blocks {
+            self.geo.check_block(b)?;
+        }
+        self.store.sync_erases(blocks)
     }
 
     /// Makes durable the pages programmed and the blocks erased that `dirty`

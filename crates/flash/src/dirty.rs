@@ -69,6 +69,20 @@ impl DirtySet {
         s.erased = true;
     }
 
+    /// Forgets that block `b` was erased, once its erase was made durable on
+    /// its own ([`crate::FlashDevice::sync_erases`]); the pages it records
+    /// stay.
+    pub fn erase_synced(&mut self, b: BlockId) {
+        if let Some(s) = self.blocks.get_mut(&b) {
+            s.erased = false;
+        }
+    }
+
+    /// Whether the set records an erase of block `b`.
+    pub fn erased_since(&self, b: BlockId) -> bool {
+        self.blocks.get(&b).is_some_and(|s| s.erased)
+    }
+
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
         self.blocks.is_empty()

@@ -76,6 +76,13 @@ pub enum FlashError {
         /// Page within the block.
         page: u32,
     },
+    /// A block was programmed while its erase was booked but not finished
+    /// (see `FlashDevice::erase_for_reuse_later`).
+    #[error("block {block} was programmed before its erase was finished")]
+    EraseUnfinished {
+        /// Block.
+        block: BlockId,
+    },
     /// A block's bytes were to be discarded while it holds programmed pages.
     #[error("block {block} holds programmed pages: erase it before discarding its bytes")]
     NotErased {

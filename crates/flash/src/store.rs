@@ -602,6 +602,36 @@ impl Store {
         Ok(())
     }
 
+    /// Makes the erases of `blocks` durable: their OOB records and erase
+    /// counts in the metadata file, no page data.
+    pub(crate) fn sync_erases(&self, blocks: &[BlockId]) -> Result<()> {
+        if self.data_file.is_none() && self.rec.get().is_none() {
+            return Ok(());
+        }
+        let ppb = self.geo.pages_per_block as usize;
+        let mut meta = Vec::with_capacity(blocks.len() * 2);
+        for &b in blocks {
+            let first = self.geo.first_page(b) as usize;
+            meta.push((self.oob_off + first * OOB_SIZE, ppb * OOB_SIZE, None));
+            meta.push((self.erase_off + b as usize * 4, 4, None));
+        }
+        if let (Some(data_file), Some(meta_file)) = (&self.data_file, &self.meta_file) {
+            // Rounded out to OS pages, the last span may pass the end of the
+            // mapping, which its msync must not.
+            let end = self.meta.len();
+            let sp: Vec<(usize, usize)> = spans(&meta, OS_PAGE)
+                .into_iter()
+                .map(|(off, len)| (off, len.min(end - off)))
+                .collect();
+            self.sync_files(data_file, meta_file, &[], &sp)?;
+        }
+        if let Some(r) = self.rec.get() {
+            let exact = coalesce(meta.into_iter().map(|(o, n, _)| (o, n)).collect(), OS_PAGE);
+            r.lock().synced(Some(&[]), Some(&exact));
+        }
+        Ok(())
+    }
+
     /// Syncs page-aligned, sorted, disjoint ranges of the two files; see the
     /// module docs for the one-commit scheme.
     fn sync_files(

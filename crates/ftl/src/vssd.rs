@@ -59,6 +59,7 @@ pub(crate) struct Counters {
     pub(crate) gc_pages_moved: u64,
     pub(crate) lend_pages_moved: u64,
     pub(crate) block_erases: u64,
+    pub(crate) erase_syncs: u64,
 }
 
 /// Everything a vSSD changes, behind its one lock.
@@ -90,6 +91,15 @@ pub(crate) struct Inner {
     /// Take-backs so far: a write waiting for room (see `room`) waits for this
     /// to change.
     pub(crate) returned: u64,
+    /// Free blocks whose GC erase is booked but waits for the vSSD's writes
+    /// to be durable, with their booking's number (see
+    /// `Vssd::erase_after_moves`).
+    pub(crate) unerased: Vec<(u32, u64)>,
+    /// Erases booked so far (numbers `unerased`).
+    pub(crate) bookings: u64,
+    /// Every write up to this sequence number was made durable by a sync
+    /// that finished (a flush, a FUA write, GC's or a checkpoint's).
+    pub(crate) durable_seq: u64,
 }
 
 /// A virtual SSD. Implements [`BlockDev`]; every method is thread-safe.
@@ -153,6 +163,9 @@ impl Vssd {
             dirty: DirtySet::new(),
             syncing: Vec::new(),
             returned: 0,
+            unerased: Vec::new(),
+            bookings: 0,
+            durable_seq: 0,
         };
         Ok(Self {
             policy: cfg.gc.build(),
@@ -250,6 +263,7 @@ impl Vssd {
             gc_runs: c.gc_runs,
             gc_pages_moved: c.gc_pages_moved,
             block_erases: c.block_erases,
+            erase_syncs: c.erase_syncs,
             free_blocks: g.pus.iter().map(|p| p.free.len() as u64).sum(),
             total_blocks: g.blocks.len() as u64,
             mapped_pages: g.map.mapped_pages(),
@@ -352,9 +366,14 @@ impl Vssd {
         let token = self
             .sync_tokens
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // The erases booked before this sync took its set wait only for it.
+        let upto = std::sync::atomic::AtomicU64::new(0);
+        let seq = std::sync::atomic::AtomicU64::new(0);
         let r = self.syncs.flush(
             || {
                 let mut g = self.inner.lock();
+                upto.store(g.bookings, std::sync::atomic::Ordering::Relaxed);
+                seq.store(g.map.seq, std::sync::atomic::Ordering::Relaxed);
                 let set = std::mem::take(&mut g.dirty);
                 if self.dev.crash_exposed() && !set.is_empty() {
                     g.syncing.push((token, set.clone()));
@@ -369,7 +388,15 @@ impl Vssd {
             |set| self.inner.lock().dirty.merge(set),
         );
         if self.dev.crash_exposed() {
-            self.inner.lock().syncing.retain(|(t, _)| *t != token);
+            let mut g = self.inner.lock();
+            g.syncing.retain(|(t, _)| *t != token);
+            if r.is_ok() {
+                let seq = seq.load(std::sync::atomic::Ordering::Relaxed);
+                g.durable_seq = g.durable_seq.max(seq);
+                let upto = upto.load(std::sync::atomic::Ordering::Relaxed);
+                self.finish_erases_before(&mut g, upto)
+                    .map_err(|e| IoError::Media(format!("vSSD {}: erase: {e}", self.cfg.name)))?;
+            }
         }
         r.map_err(|e| IoError::Media(format!("vSSD {}: sync: {e}", self.cfg.name)))
     }

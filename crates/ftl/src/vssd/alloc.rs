@@ -48,6 +48,10 @@ pub(crate) struct Blk {
     pub(crate) valid: u32,
     pub(crate) erase_count: u32,
     pub(crate) last_write: Nanos,
+    /// The lowest sequence number among the pages programmed into it since
+    /// it was opened (`u64::MAX` for none; 0, the safe side, when unknown
+    /// after a restart): see `Vssd::erase_after_moves`.
+    pub(crate) min_seq: u64,
 }
 
 /// Allocation and background-GC state of one parallel unit.
@@ -94,6 +98,7 @@ pub(crate) fn block_table(
                         valid: 0,
                         erase_count: dev.erase_count(id),
                         last_write: 0,
+                        min_seq: 0,
                     });
                 }
             }
@@ -153,22 +158,58 @@ impl Vssd {
         if g.pus[pu].free.len() <= GC_RESERVE {
             return Ok(None);
         }
-        let b = Self::open_free_block(g, pu);
+        let b = self.open_free_block(g, pu)?;
         self.check_pressure(g, pu);
         Ok(b)
     }
 
-    /// Makes the least-worn free block of `pu` its active block, if it has one.
-    pub(crate) fn open_free_block(g: &mut Inner, pu: usize) -> Option<u32> {
-        let &first = g.pus[pu].free.iter().next()?;
+    /// Makes a free block of `pu` its active block, if it has one: the
+    /// least-worn. On a device that can outlive a crash, the least-worn whose
+    /// erase is durable, and never the unit's last such block while others
+    /// wait (GC's erases wait for the vSSD's writes to be durable: see
+    /// `Vssd::erase_after_moves`): after a crash a waiting block holds its
+    /// old pages again, and a unit left with no erased block could not run
+    /// GC (the power-loss harness found one). Then every waiting erase is
+    /// finished and made durable first (`Vssd::settle_erases`).
+    pub(crate) fn open_free_block(
+        &self,
+        g: &mut Inner,
+        pu: usize,
+    ) -> Result<Option<u32>, FtlError> {
+        let Some(&least) = g.pus[pu].free.iter().next() else {
+            return Ok(None);
+        };
+        let mut first = least;
+        if self.dev.crash_exposed() {
+            let durable: Vec<(u32, u32)> = g.pus[pu]
+                .free
+                .iter()
+                .copied()
+                .filter(|&(_, b)| self.erase_durable(g, b))
+                .collect();
+            let waiting = g.pus[pu].free.len() - durable.len();
+            if durable.is_empty() || (durable.len() == 1 && waiting > 0) {
+                self.settle_erases(g)?;
+                if let Some(&d) = g.pus[pu]
+                    .free
+                    .iter()
+                    .find(|&&(_, b)| self.erase_durable(g, b))
+                {
+                    first = d;
+                }
+            } else {
+                first = durable[0];
+            }
+        }
         g.pus[pu].free.remove(&first);
         let b = first.1;
         let blk = &mut g.blocks[b as usize];
         blk.state = BState::Open;
         blk.wp = 0;
         blk.valid = 0;
+        blk.min_seq = u64::MAX;
         g.pus[pu].active = Some(b);
-        Some(b)
+        Ok(Some(b))
     }
 
     /// Programs the next page of `pu`'s active block `b`, closing the block when it
@@ -191,6 +232,7 @@ impl Vssd {
         let blk = &mut g.blocks[b as usize];
         blk.wp += 1;
         blk.last_write = now;
+        blk.min_seq = blk.min_seq.min(oob.seq);
         if blk.wp == self.ppb {
             blk.state = BState::Closed;
             g.pus[pu].active = None;

@@ -128,6 +128,12 @@ pub struct FtlStats {
     /// `flash_pages_written`).
     #[serde(default)]
     pub lend_pages_moved: u64,
+    /// Syncs of the vSSD's writes that erases waited for: GC's (on a device
+    /// that can outlive a crash, one waits only when its block holds a page
+    /// a sync made durable, and then shares one sync with every erase
+    /// waiting) and lending's (one each); 0 on memory devices.
+    #[serde(default)]
+    pub erase_syncs: u64,
 }
 
 impl FtlStats {

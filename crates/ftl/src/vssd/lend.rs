@@ -501,7 +501,7 @@ impl Vssd {
         }
         let id = g.blocks[b as usize].id;
         if self.dev.write_ptr(id) > 0 {
-            self.erase_after_moves(g, id, t, true)?;
+            self.erase_after_moves(g, b, t, true)?;
             g.counters.block_erases += 1;
         } else {
             // Erased for reuse earlier: its old bytes go before it is lent.
