@@ -417,14 +417,20 @@ fn bad_configs_are_refused() {
     assert!(v.read(u64::MAX - 5, &mut b).is_err());
 }
 
-/// On the file backend GC's erase waits for the vSSD's writes only when the
-/// block holds a page a sync made durable (a FLUSH or FUA write may depend on
-/// it), and waiting erases share one sync: random writes that never flush
-/// make GC erase with no sync at all (it was one sync per erase), and with a
-/// flush every 64 writes GC syncs far less often than it erases. The data
-/// stays right, and after a restart.
-#[test]
-fn gc_erases_wait_only_for_durable_pages_and_share_syncs() {
+/// A greedy-GC vSSD on a small file-backed device (2 units of 12 blocks of
+/// 8 pages), with what a test needs to reopen it.
+struct FileVssd {
+    dir: tempfile::TempDir,
+    g: Geometry,
+    backend: Backend,
+    ckpt: Arc<dyn CheckpointStore>,
+    clock: Arc<VirtualClock>,
+    dev: Arc<FlashDevice>,
+    c: VssdConfig,
+    v: Arc<Vssd>,
+}
+
+fn small_file_vssd() -> FileVssd {
     let dir = tempfile::tempdir().unwrap();
     let g = Geometry {
         channels: 1,
@@ -434,13 +440,44 @@ fn gc_erases_wait_only_for_durable_pages_and_share_syncs() {
         pages_per_block: 8,
         page_size: 4096,
     };
-    let path = dir.path().join("ssd");
-    let backend = Backend::File { path: path.clone() };
+    let backend = Backend::File {
+        path: dir.path().join("ssd"),
+    };
     let ckpt: Arc<dyn CheckpointStore> = Arc::new(MemCheckpoints::default());
     let clock = Arc::new(VirtualClock::new(0));
     let dev = Arc::new(FlashDevice::open(&backend, g, Timing::default()).unwrap());
     let c = cfg(&g, GcPolicyKind::Greedy);
     let v = Vssd::create(dev.clone(), c.clone(), clock.clone(), ckpt.clone()).unwrap();
+    FileVssd {
+        dir,
+        g,
+        backend,
+        ckpt,
+        clock,
+        dev,
+        c,
+        v,
+    }
+}
+
+/// On the file backend GC's erase waits for the vSSD's writes only when the
+/// block holds a page a sync made durable (a FLUSH or FUA write may depend on
+/// it), and waiting erases share one sync: random writes that never flush
+/// make GC erase with no sync at all (it was one sync per erase), and with a
+/// flush every 64 writes GC syncs far less often than it erases. The data
+/// stays right, and after a restart.
+#[test]
+fn gc_erases_wait_only_for_durable_pages_and_share_syncs() {
+    let FileVssd {
+        dir: _dir,
+        g,
+        backend,
+        ckpt,
+        clock,
+        c,
+        v,
+        ..
+    } = small_file_vssd();
     let m = MemDev::new(c.capacity_bytes);
     let pages = c.capacity_bytes / 4096;
     let mut r = SplitMix64::new(11);
@@ -486,22 +523,10 @@ fn gc_erases_wait_only_for_durable_pages_and_share_syncs() {
 /// the vSSD is destroyed, none of its bytes are left in the file.
 #[test]
 fn gc_keeps_the_file_allocated_and_a_destroy_leaves_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let g = Geometry {
-        channels: 1,
-        dies_per_channel: 2,
-        planes_per_die: 1,
-        blocks_per_plane: 12,
-        pages_per_block: 8,
-        page_size: 4096,
-    };
+    let FileVssd {
+        dir, g, dev, c, v, ..
+    } = small_file_vssd();
     let path = dir.path().join("ssd");
-    let backend = Backend::File { path: path.clone() };
-    let ckpt: Arc<dyn CheckpointStore> = Arc::new(MemCheckpoints::default());
-    let clock = Arc::new(VirtualClock::new(0));
-    let dev = Arc::new(FlashDevice::open(&backend, g, Timing::default()).unwrap());
-    let c = cfg(&g, GcPolicyKind::Greedy);
-    let v = Vssd::create(dev.clone(), c.clone(), clock.clone(), ckpt.clone()).unwrap();
     let m = MemDev::new(c.capacity_bytes);
     let pages = c.capacity_bytes / 4096;
     let mut r = SplitMix64::new(7);
