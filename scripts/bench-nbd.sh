@@ -121,4 +121,5 @@ import json,sys
 f=json.load(sys.stdin)["ftl"]
 wa=f["flash_pages_written"]/max(1,f["host_pages_written"])
 gc, moved, lo, hi = f["gc_runs"], f["gc_pages_moved"], f["min_erase_count"], f["max_erase_count"]
-print(f"flexssd FTL after the run: write amplification {wa:.2f}, GC runs {gc}, pages moved by GC {moved}, erase counts {lo}..{hi}")'
+syncs = f.get("erase_syncs", 0)
+print(f"flexssd FTL after the run: write amplification {wa:.2f}, GC runs {gc}, pages moved by GC {moved}, syncs erases waited for {syncs}, erase counts {lo}..{hi}")'

@@ -582,24 +582,7 @@ impl Store {
                 meta.push((self.erase_off + b as usize * 4, 4, None));
             }
         }
-        if let (Some(data_file), Some(meta_file)) = (&self.data_file, &self.meta_file) {
-            self.sync_files(
-                data_file,
-                meta_file,
-                &spans(&data, OS_PAGE),
-                &spans(&meta, OS_PAGE),
-            )?;
-        }
-        if let Some(r) = self.rec.get() {
-            // The recorder is told what the set held (its ranges rounded to OS
-            // pages, not the spans), so writes that landed between its blocks
-            // during the sync stay pending in its crash states.
-            let exact = |v: Vec<(usize, usize, Option<usize>)>| {
-                coalesce(v.into_iter().map(|(o, n, _)| (o, n)).collect(), OS_PAGE)
-            };
-            r.lock().synced(Some(&exact(data)), Some(&exact(meta)));
-        }
-        Ok(())
+        self.sync_ranges(&data, &meta)
     }
 
     /// Makes the erases of `blocks` durable: their OOB records and erase
@@ -615,19 +598,38 @@ impl Store {
             meta.push((self.oob_off + first * OOB_SIZE, ppb * OOB_SIZE, None));
             meta.push((self.erase_off + b as usize * 4, 4, None));
         }
+        self.sync_ranges(&[], &meta)
+    }
+
+    /// Makes byte ranges of the two files durable: `(offset, length, own
+    /// run)` as [`spans`] takes them. The file backend syncs their spans
+    /// ([`Store::sync_files`]); a recording store is told the ranges
+    /// themselves (rounded to OS pages, not the spans), so writes that
+    /// landed between them during the sync stay pending in its crash states.
+    fn sync_ranges(
+        &self,
+        data: &[(usize, usize, Option<usize>)],
+        meta: &[(usize, usize, Option<usize>)],
+    ) -> Result<()> {
         if let (Some(data_file), Some(meta_file)) = (&self.data_file, &self.meta_file) {
-            // Rounded out to OS pages, the last span may pass the end of the
-            // mapping, which its msync must not.
-            let end = self.meta.len();
-            let sp: Vec<(usize, usize)> = spans(&meta, OS_PAGE)
-                .into_iter()
-                .map(|(off, len)| (off, len.min(end - off)))
-                .collect();
-            self.sync_files(data_file, meta_file, &[], &sp)?;
+            // Rounded out to OS pages, the last span may pass the end of a
+            // mapping (the metadata file's length is no multiple of one),
+            // and msync refuses a range past it.
+            let within = |v: Vec<(usize, usize)>, end: usize| -> Vec<(usize, usize)> {
+                v.into_iter().map(|(o, n)| (o, n.min(end - o))).collect()
+            };
+            self.sync_files(
+                data_file,
+                meta_file,
+                &within(spans(data, OS_PAGE), self.data.len()),
+                &within(spans(meta, OS_PAGE), self.meta.len()),
+            )?;
         }
         if let Some(r) = self.rec.get() {
-            let exact = coalesce(meta.into_iter().map(|(o, n, _)| (o, n)).collect(), OS_PAGE);
-            r.lock().synced(Some(&[]), Some(&exact));
+            let exact = |v: &[(usize, usize, Option<usize>)]| {
+                coalesce(v.iter().map(|&(o, n, _)| (o, n)).collect(), OS_PAGE)
+            };
+            r.lock().synced(Some(&exact(data)), Some(&exact(meta)));
         }
         Ok(())
     }

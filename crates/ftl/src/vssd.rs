@@ -97,6 +97,9 @@ pub(crate) struct Inner {
     pub(crate) unerased: Vec<(u32, u64)>,
     /// Erases booked so far (numbers `unerased`).
     pub(crate) bookings: u64,
+    /// The erases booked up to this number wait for nothing any more: a
+    /// sync that took the vSSD's writes after them finished.
+    pub(crate) safe_bookings: u64,
     /// Every write up to this sequence number was made durable by a sync
     /// that finished (a flush, a FUA write, GC's or a checkpoint's).
     pub(crate) durable_seq: u64,
@@ -165,6 +168,7 @@ impl Vssd {
             returned: 0,
             unerased: Vec::new(),
             bookings: 0,
+            safe_bookings: 0,
             durable_seq: 0,
         };
         Ok(Self {
@@ -366,14 +370,14 @@ impl Vssd {
         let token = self
             .sync_tokens
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // The erases booked before this sync took its set wait only for it.
-        let upto = std::sync::atomic::AtomicU64::new(0);
-        let seq = std::sync::atomic::AtomicU64::new(0);
+        // What this sync makes durable once it (and every sync before it)
+        // is done: the writes up to this sequence number, and the pages GC's
+        // erases booked so far waited for.
+        let covers = std::cell::Cell::new((0, 0));
         let r = self.syncs.flush(
             || {
                 let mut g = self.inner.lock();
-                upto.store(g.bookings, std::sync::atomic::Ordering::Relaxed);
-                seq.store(g.map.seq, std::sync::atomic::Ordering::Relaxed);
+                covers.set((g.map.seq, g.bookings));
                 let set = std::mem::take(&mut g.dirty);
                 if self.dev.crash_exposed() && !set.is_empty() {
                     g.syncing.push((token, set.clone()));
@@ -391,11 +395,9 @@ impl Vssd {
             let mut g = self.inner.lock();
             g.syncing.retain(|(t, _)| *t != token);
             if r.is_ok() {
-                let seq = seq.load(std::sync::atomic::Ordering::Relaxed);
+                let (seq, bookings) = covers.get();
                 g.durable_seq = g.durable_seq.max(seq);
-                let upto = upto.load(std::sync::atomic::Ordering::Relaxed);
-                self.finish_erases_before(&mut g, upto)
-                    .map_err(|e| IoError::Media(format!("vSSD {}: erase: {e}", self.cfg.name)))?;
+                g.safe_bookings = g.safe_bookings.max(bookings);
             }
         }
         r.map_err(|e| IoError::Media(format!("vSSD {}: sync: {e}", self.cfg.name)))

@@ -503,6 +503,7 @@ fn gc_erases_wait_only_for_durable_pages_and_share_syncs() {
     v.flush().unwrap();
     let t = v.stats();
     let runs = t.gc_runs - s.gc_runs;
+    println!("{} erase syncs for {runs} GC runs", t.erase_syncs);
     assert!(runs > 10, "{t:?}");
     assert!(
         t.erase_syncs * 3 < runs,

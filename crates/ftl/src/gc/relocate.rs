@@ -203,12 +203,13 @@ impl Vssd {
     ///   FUA write depends on what it holds, so a tenant that never flushes
     ///   never waits. Its erase is not durable yet, which only matters for
     ///   space after a crash (see `Vssd::open_free_block`).
-    /// - Otherwise GC's erase is booked on the die now and finished later, when the vSSD next syncs
-    ///   anyway (a FLUSH, a FUA write, a checkpoint: see
-    ///   [`Vssd::finish_erases_before`]) or when its unit is about to open
-    ///   its last block erased for sure ([`Vssd::settle_erases`], for every
-    ///   block waiting at once). Until then the block is free in the tables
-    ///   and untouched on the device.
+    /// - Otherwise GC's erase is booked on the die now, and its bytes are
+    ///   erased when its unit is about to open its last block erased for
+    ///   sure ([`Vssd::settle_erases`], for every block waiting at once),
+    ///   after one sync of the vSSD's writes unless a sync that finished
+    ///   since (a FLUSH, a FUA write, a checkpoint) covered them
+    ///   (`Inner::safe_bookings`). Until then the block is free in the
+    ///   tables and untouched on the device.
     ///   Syncing before each erase instead cost half the throughput of 4 KiB
     ///   random writes on the file backend (one `sync_file_range` of the
     ///   vSSD's dirty pages every 256 pages written).
@@ -265,21 +266,30 @@ impl Vssd {
             return Err(e.into());
         }
         g.durable_seq = g.map.seq;
+        g.safe_bookings = g.bookings;
         g.counters.erase_syncs += 1;
         Ok(())
     }
 
     /// Finishes every erase GC booked and left waiting (see
     /// [`Vssd::erase_after_moves`]), after one sync of the vSSD's writes (so
-    /// the blocks' pages have durable copies), then makes the erase of every
-    /// free block durable (only their OOB records and erase counts are
-    /// written back), so a crash cannot bring their old pages back. For a
-    /// unit about to open its last block whose erase is durable while others
-    /// are not.
+    /// the blocks' pages have durable copies) unless a finished sync covered
+    /// them all, then makes the erase of every free block durable (only
+    /// their OOB records and erase counts are written back), so a crash
+    /// cannot bring their old pages back. For a unit about to open its last
+    /// block whose erase is durable while others are not.
     pub(crate) fn settle_erases(&self, g: &mut Inner) -> Result<(), FtlError> {
-        if !g.unerased.is_empty() {
+        if g.unerased.iter().any(|&(_, n)| n > g.safe_bookings) {
             self.sync_for_erase(g)?;
-            self.finish_erases_before(g, u64::MAX)?;
+        }
+        // Each leaves the list once finished: after an error, the rest wait.
+        while let Some(&(b, _)) = g.unerased.last() {
+            // A block no longer free was lent since, and lending erased it.
+            let id = g.blocks[b as usize].id;
+            if g.blocks[b as usize].state == BState::Free && self.dev.finish_erase(id)? {
+                g.dirty.erased(&self.geo, id);
+            }
+            g.unerased.pop();
         }
         let ids: Vec<flash::BlockId> = g
             .pus
@@ -305,27 +315,6 @@ impl Vssd {
         !self.dev.erase_pending(id)
             && !g.dirty.erased_since(id)
             && !g.syncing.iter().any(|(_, s)| s.erased_since(id))
-    }
-
-    /// Finishes the waiting erases booked at or before booking `upto`, whose
-    /// block's moves and replacing writes a sync made durable since. A block
-    /// no longer free (lent since: lending erased it) is only forgotten.
-    pub(crate) fn finish_erases_before(&self, g: &mut Inner, upto: u64) -> Result<(), FtlError> {
-        let mut i = 0;
-        while i < g.unerased.len() {
-            let (b, stamp) = g.unerased[i];
-            if stamp > upto {
-                i += 1;
-                continue;
-            }
-            let blk = &g.blocks[b as usize];
-            if blk.state == BState::Free && self.dev.finish_erase(blk.id)? {
-                let id = blk.id;
-                g.dirty.erased(&self.geo, id);
-            }
-            g.unerased.swap_remove(i);
-        }
-        Ok(())
     }
 
     /// Collects one whole victim block on `pu` (foreground GC). Returns false if

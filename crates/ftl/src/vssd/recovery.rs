@@ -30,9 +30,9 @@ impl Vssd {
         // the checkpoint names is durable before it is saved.
         self.dev.sync()?;
         g.dirty = flash::DirtySet::new();
+        // Everything is durable now: GC's waiting erases wait no more.
         g.durable_seq = g.map.seq;
-        // Everything is durable now: GC's waiting erases may go.
-        self.finish_erases_before(g, u64::MAX)?;
+        g.safe_bookings = g.bookings;
         let out = format::encode(self.cfg.id, g.map.seq, &g.map.lseq);
         self.ckpt.save(self.cfg.id, &out)?;
         g.map.ckpt_seq = g.map.seq;
@@ -193,10 +193,6 @@ impl Vssd {
             }
         }
         g.map.seq = max_seq;
-        // What recovery read is on the media: a page GC copies from now on
-        // must be durable before its original is erased (see
-        // `Vssd::erase_after_moves`).
-        g.durable_seq = max_seq;
         Ok(())
     }
 }
