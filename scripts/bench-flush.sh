@@ -15,6 +15,8 @@
 # Environment:
 #   FLEXSSD_BIN=PATH       benchmark this flexssd binary (default: build target/release)
 #   FLEXSSD_BASE_BIN=PATH  also benchmark this build (a baseline) in the same run
+#   BENCH_ROWS=REGEX       only the rows whose name matches (grep -E; the
+#                          isolation rows are named "isolation")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNTIME=${1:-5}
@@ -91,6 +93,7 @@ if [ -n "$BASE_BIN" ]; then hdr+=' base IOPS | new/base |'; sep+='---:|---:|'; f
 echo "$hdr"; echo "$sep"
 for row in "${rows[@]}"; do
   name=${row%%|*}; args=${row#*|}
+  if [ -n "${BENCH_ROWS:-}" ] && ! grep -Eq -- "$BENCH_ROWS" <<<"$name"; then continue; fi
   declare -A got=(); for s in "${servers[@]}"; do got[$s]=""; done
   for r in $(seq "$REPS"); do
     # Rotate the order every repetition.
@@ -113,6 +116,7 @@ for row in "${rows[@]}"; do
 done
 
 # Isolation: the flushing tenant alone, then beside a neighbour writing with no flushes.
+if [ -n "${BENCH_ROWS:-}" ] && ! grep -Eq -- "$BENCH_ROWS" <<<"isolation"; then exit 0; fi
 echo
 echo '| flushing tenant (4k randwrite, flush after each, 1 job) | alone IOPS | with a no-flush neighbour IOPS | ratio |'
 echo '|---|---:|---:|---:|'
