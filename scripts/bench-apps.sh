@@ -23,6 +23,10 @@
 #   DB_NUM=1000000     db_bench keys (100-byte values)
 #   OUT=DIR            also write DIR/bench-apps.csv (one row per measurement)
 #   SERVERS="fx kf km" the servers to run (flexssd, nbdkit file, nbdkit memory)
+#   FLEXSSD_BASE_BIN=PATH  also run this flexssd build (server "bs", a baseline)
+#                      in the same rotation; the tables gain a new/base column
+#   WORKLOADS="pgbench fillrandom readrandom readrandomwriterandom"  the rows
+#                      to run (the db_bench rows need fillrandom before them)
 #
 # Needs root (loop devices, mount), /dev/fuse, nbdfuse, nbdkit, nbdinfo,
 # PostgreSQL 15 (postgresql) and db_bench (rocksdb-tools); as root it installs
@@ -91,6 +95,13 @@ for line in t.splitlines():
 print("\n".join(out))')
 start_daemon "$WORK/fx" "$DEFAULT_BODY"
 FX="nbd+unix:///default?socket=$SOCK"
+BASE_BIN=${FLEXSSD_BASE_BIN:+$(realpath "$FLEXSSD_BASE_BIN")}
+if [ -n "$BASE_BIN" ]; then
+  FX_PID=$DAEMON_PID NEW_BIN=$BIN BIN=$BASE_BIN DAEMON_PID=
+  start_daemon "$WORK/bs" "$DEFAULT_BODY"
+  PIDS+=("$DAEMON_PID"); DAEMON_PID=$FX_PID; BIN=$NEW_BIN
+  BS="nbd+unix:///default?socket=$SOCK"
+fi
 SIZE=$(nbdinfo --size "$FX")
 truncate -s "$SIZE" "$WORK/disk.img"
 nbdkit -U "$WORK/kf.sock" --pidfile "$WORK/kf.pid" file "$WORK/disk.img"
@@ -99,7 +110,8 @@ for _ in $(seq 50); do [ -f "$WORK/kf.pid" ] && [ -f "$WORK/km.pid" ] && break; 
 PIDS+=("$(cat "$WORK/kf.pid")" "$(cat "$WORK/km.pid")")
 read -ra servers <<<"${SERVERS:-fx kf km}"
 declare -A URI=([fx]=$FX [kf]="nbd+unix:///?socket=$WORK/kf.sock" [km]="nbd+unix:///?socket=$WORK/km.sock")
-declare -A NAME=([fx]=flexssd [kf]="nbdkit file" [km]="nbdkit memory")
+declare -A NAME=([fx]=flexssd [kf]="nbdkit file" [km]="nbdkit memory" [bs]="flexssd base")
+if [ -n "$BASE_BIN" ]; then servers+=(bs); URI[bs]=$BS; fi
 
 # attach SERVER FS: the export as a file (nbdfuse), a loop device on it, a fresh
 # FS on that, mounted on $MNT.
@@ -157,7 +169,8 @@ db() {
   sed -n "s/^$1 *: *[0-9.]* micros\/op \([0-9]*\) ops\/sec.*/\1/p" <<<"$out" | head -1
 }
 
-rows=(pgbench fillrandom readrandom readrandomwriterandom)
+read -ra rows <<<"${WORKLOADS:-pgbench fillrandom readrandom readrandomwriterandom}"
+has_row() { [[ " ${rows[*]} " == *" $1 "* ]]; }
 declare -A got=()
 [ -n "${OUT:-}" ] && { mkdir -p "$OUT"; echo "fs,rep,server,workload,value" > "$OUT/bench-apps.csv"; }
 nfs=$(wc -w <<<"$FS")
@@ -169,13 +182,16 @@ for fs in $FS; do
     for s in "${order[@]}"; do
       step "$fs, repetition $r: ${NAME[$s]}"
       attach "$s" "$fs"
-      d0=$(disk_written)
-      v=$(pg); [ -n "$v" ] || { echo "bench-apps: pgbench printed no tps" >&2; exit 1; }
-      sync
-      got[$fs,$s,pgbench]+="$v "
-      [ -n "$d0" ] && got[$fs,$s,diskmb]+="$(( ($(disk_written) - d0) / 2048 )) "
-      [ -n "${OUT:-}" ] && echo "$fs,$r,$s,pgbench,$v" >> "$OUT/bench-apps.csv"
+      if has_row pgbench; then
+        d0=$(disk_written)
+        v=$(pg); [ -n "$v" ] || { echo "bench-apps: pgbench printed no tps" >&2; exit 1; }
+        sync
+        got[$fs,$s,pgbench]+="$v "
+        [ -n "$d0" ] && got[$fs,$s,diskmb]+="$(( ($(disk_written) - d0) / 2048 )) "
+        [ -n "${OUT:-}" ] && echo "$fs,$r,$s,pgbench,$v" >> "$OUT/bench-apps.csv"
+      fi
       for w in fillrandom readrandom readrandomwriterandom; do
+        has_row "$w" || continue
         v=$(db "$w"); [ -n "$v" ] || { echo "bench-apps: db_bench $w printed no ops/sec" >&2; exit 1; }
         got[$fs,$s,$w]+="$v "
         [ -n "${OUT:-}" ] && echo "$fs,$r,$s,$w,$v" >> "$OUT/bench-apps.csv"
@@ -191,23 +207,28 @@ ratio() { python3 -c "import sys; a,b=map(float,sys.argv[1:]); print(f'{a/b:.2f}
 echo "flexssd export: $SIZE bytes; pgbench ${PG_T}s; db_bench $DB_NUM keys; $REPS repetition(s), median"
 for fs in $FS; do
   echo
-  echo "| $fs | flexssd | nbdkit file | vs file | nbdkit memory | vs memory |"
-  echo "|---|---:|---:|---:|---:|---:|"
+  hdr="| $fs | flexssd | nbdkit file | vs file | nbdkit memory | vs memory |"
+  sep="|---|---:|---:|---:|---:|---:|"
+  [ -n "$BASE_BIN" ] && { hdr+=" flexssd base | new/base |"; sep+="---:|---:|"; }
+  echo "$hdr"; echo "$sep"
   for w in "${rows[@]}"; do
     unit=ops/s; [ "$w" = pgbench ] && unit=tps
     # shellcheck disable=SC2086
     fx=$(med ${got[$fs,fx,$w]:-0}); kf=$(med ${got[$fs,kf,$w]:-0}); km=$(med ${got[$fs,km,$w]:-0})
-    echo "| $w ($unit) | $fx | $kf | $(ratio "$fx" "$kf") | $km | $(ratio "$fx" "$km") |"
+    line="| $w ($unit) | $fx | $kf | $(ratio "$fx" "$kf") | $km | $(ratio "$fx" "$km") |"
+    # shellcheck disable=SC2086
+    [ -n "$BASE_BIN" ] && { bs=$(med ${got[$fs,bs,$w]:-0}); line+=" $bs | $(ratio "$fx" "$bs") |"; }
+    echo "$line"
   done
 done
 if [ -n "$(disk_written)" ]; then
   echo
   echo "Host disk ($DISK) writes during the pgbench step (initdb, load, ${PG_T}s run), MiB:"
   echo
-  echo "| file system | flexssd | nbdkit file | nbdkit memory |"
-  echo "|---|---:|---:|---:|"
+  echo "| file system | flexssd | nbdkit file | nbdkit memory |${BASE_BIN:+ flexssd base |}"
+  echo "|---|---:|---:|---:|${BASE_BIN:+---:|}"
   for fs in $FS; do
     # shellcheck disable=SC2086
-    echo "| $fs | $(med ${got[$fs,fx,diskmb]:-0}) | $(med ${got[$fs,kf,diskmb]:-0}) | $(med ${got[$fs,km,diskmb]:-0}) |"
+    echo "| $fs | $(med ${got[$fs,fx,diskmb]:-0}) | $(med ${got[$fs,kf,diskmb]:-0}) | $(med ${got[$fs,km,diskmb]:-0}) |${BASE_BIN:+ $(med ${got[$fs,bs,diskmb]:-0}) |}"
   done
 fi
