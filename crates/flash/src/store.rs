@@ -13,6 +13,8 @@
 //! programs that follow allocate nothing and their syncs need no
 //! file-system journal commit. A database committing after every 4 KiB write
 //! paid one per flush: 1.42-1.46x the flush rate with it (`bench-flush.sh`).
+//! Not on copy-on-write host file systems (btrfs, ZFS, bcachefs), which
+//! allocate anew at every overwrite.
 //! An erase for reuse (garbage collection: the same
 //! tenant programs the block again) keeps it allocated, so the programs that
 //! follow allocate nothing; an erase of a block that changes hands (a vSSD
@@ -83,6 +85,11 @@ pub(crate) struct Store {
     meta_file: Option<File>,
     /// fsync of a range commits the whole inode's metadata (ext4, XFS).
     inode_fsync: bool,
+    /// A block's first program allocates the whole block (see
+    /// [`Store::program`]): every file system but copy-on-write ones, which
+    /// allocate anew at every overwrite, so a fill would only double the
+    /// bytes written.
+    fill_blocks: bool,
     erase_off: usize,
     oob_off: usize,
     /// Power-loss recording, once started (see [`crate::crashrec`]).
@@ -92,19 +99,37 @@ pub(crate) struct Store {
 /// OS page size the ranges are aligned to (msync needs page-aligned starts).
 const OS_PAGE: usize = 4096;
 
-/// Whether the file system of `f` commits an inode's metadata as a whole on a
-/// ranged fsync (see the module docs).
-fn whole_inode_fsync(f: &File) -> bool {
+/// The magic number of the file system holding `f` (`statfs`'s `f_type`),
+/// if it can be read.
+fn fs_magic(f: &File) -> Option<i64> {
     use std::os::fd::AsRawFd;
-    const EXT4_SUPER_MAGIC: i64 = 0xEF53;
-    const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
     // SAFETY: statfs is plain old data; all zeroes is a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: fstatfs fills the struct we pass; the descriptor is ours.
     if unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) } != 0 {
-        return false;
+        return None;
     }
-    matches!(st.f_type as i64, EXT4_SUPER_MAGIC | XFS_SUPER_MAGIC)
+    Some(st.f_type as i64)
+}
+
+/// Whether the file system of `f` commits an inode's metadata as a whole on a
+/// ranged fsync (see the module docs).
+fn whole_inode_fsync(f: &File) -> bool {
+    const EXT4_SUPER_MAGIC: i64 = 0xEF53;
+    const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
+    matches!(fs_magic(f), Some(EXT4_SUPER_MAGIC | XFS_SUPER_MAGIC))
+}
+
+/// Whether the file system of `f` writes every overwrite to a new place
+/// (btrfs, ZFS, bcachefs): allocating a block ahead buys nothing there.
+pub(crate) fn copy_on_write(f: &File) -> bool {
+    const BTRFS_SUPER_MAGIC: i64 = 0x9123_683E;
+    const ZFS_SUPER_MAGIC: i64 = 0x2FC1_2FC1;
+    const BCACHEFS_SUPER_MAGIC: i64 = 0xCA45_1A4E;
+    matches!(
+        fs_magic(f),
+        Some(BTRFS_SUPER_MAGIC | ZFS_SUPER_MAGIC | BCACHEFS_SUPER_MAGIC)
+    )
 }
 
 // SAFETY: the raw mappings are plain memory; `FlashDevice` serialises all access to
@@ -158,6 +183,7 @@ impl Store {
                         data_file: None,
                         meta_file: None,
                         inode_fsync: false,
+                        fill_blocks: false,
                         erase_off,
                         oob_off,
                         rec: OnceLock::new(),
@@ -225,6 +251,7 @@ impl Store {
                 let meta = MmapOptions::new().len(meta_len).map_raw(&meta_file)?;
                 let data = MmapOptions::new().len(data_len).map_raw(&data_file)?;
                 let inode_fsync = whole_inode_fsync(&data_file) && whole_inode_fsync(&meta_file);
+                let fill_blocks = !copy_on_write(&data_file);
                 Ok((
                     Store {
                         geo,
@@ -233,6 +260,7 @@ impl Store {
                         data_file: Some(data_file),
                         meta_file: Some(meta_file),
                         inode_fsync,
+                        fill_blocks,
                         erase_off,
                         oob_off,
                         rec: OnceLock::new(),
@@ -295,7 +323,7 @@ impl Store {
         debug_assert_eq!(data.len(), ps);
         debug_assert!(p < self.geo.total_pages());
         self.put(Region::Data, p as usize * ps, data)?;
-        if let Some(f) = &self.data_file {
+        if let (Some(f), true) = (&self.data_file, self.fill_blocks) {
             if p.is_multiple_of(u64::from(self.geo.pages_per_block)) {
                 // The block's first program: allocate the rest of it now,
                 // in one write, so the programs that follow (one per flush
