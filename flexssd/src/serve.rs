@@ -275,12 +275,10 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     // Read the certificate before touching the data directory, so a bad file
     // stops the start at once, naming it.
     let api_tls = api_tls_config(&cfg)?;
-    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        // The harvester's predictors (candle) would otherwise ask for the CPU
-        // count on every matrix product and spread tiny ones over every core.
-        // Set before any other thread starts.
-        std::env::set_var("RAYON_NUM_THREADS", "1");
-    }
+    // The harvester trains its predictors (candle) in this process: one
+    // thread per tiny matrix product and an allocator that keeps its heap.
+    // Before any other thread starts.
+    predict::tune_process_for_training();
     // Before any state: the addresses this daemon will serve on.
     let early = bind_early(&cfg)?;
     std::fs::create_dir_all(&cfg.data_dir)

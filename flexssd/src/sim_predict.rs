@@ -723,7 +723,7 @@ fn rows_of(s: &Series, e: &Eval, ratios: &[f64], run: &[bool; 4]) -> (Vec<Row>, 
 
 /// Runs `flexssd sim predict`.
 pub fn run(a: &PredictArgs) -> Result<()> {
-    tune_for_small_tensors();
+    predict::tune_process_for_training();
     let cfg: PredictorConfig = match &a.config {
         Some(p) => toml::from_str(
             &std::fs::read_to_string(p).with_context(|| format!("read {}", p.display()))?,
@@ -985,24 +985,6 @@ pub fn run(a: &PredictArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The models are tiny, so candle's per-op costs dominate: it asks the OS for the CPU
-/// count on every matmul unless `RAYON_NUM_THREADS` is set (one thread is also what
-/// tiny matmuls want, and makes results independent of the core count), and glibc
-/// returns freed heap to the OS after nearly every op. Parallelism comes from
-/// running series on separate threads instead.
-fn tune_for_small_tensors() {
-    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        // Before any thread is started: nothing else reads the environment concurrently.
-        std::env::set_var("RAYON_NUM_THREADS", "1");
-    }
-    // SAFETY: mallopt only changes allocator thresholds; called before other threads.
-    unsafe {
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
-        libc::mallopt(libc::M_TOP_PAD, 16 << 20);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-    }
 }
 
 type Avg = (String, String, String, f64, [f64; 5]);

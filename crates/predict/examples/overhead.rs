@@ -87,6 +87,8 @@ fn duration(cfg: &PredictorConfig) -> (f64, f64, f64, usize) {
 }
 
 fn main() {
+    // As the daemon and `flexssd sim predict` run them.
+    predict::tune_process_for_training();
     let n: usize = std::env::args().nth(1).map_or(1000, |s| s.parse().unwrap());
     let cfg = PredictorConfig::default();
     let bw = level(&cfg, false);
