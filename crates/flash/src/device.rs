@@ -1235,27 +1235,6 @@ mod tests {
         assert!(buf.iter().all(|&x| x == (p - 1) as u8 | 1));
     }
 
-    /// Bytes `[start, end)` of the file at `path` that are holes.
-    fn hole_bytes(path: &std::path::Path, start: u64, end: u64) -> u64 {
-        use std::os::fd::AsRawFd;
-        let f = std::fs::File::open(path).unwrap();
-        let (mut pos, mut holes) = (start, 0);
-        while pos < end {
-            // SAFETY: lseek on a descriptor we own.
-            let h = unsafe { libc::lseek(f.as_raw_fd(), pos as libc::off_t, libc::SEEK_HOLE) };
-            assert!(h >= 0, "SEEK_HOLE: {}", std::io::Error::last_os_error());
-            if h as u64 >= end {
-                break;
-            }
-            // SAFETY: as above.
-            let d = unsafe { libc::lseek(f.as_raw_fd(), h, libc::SEEK_DATA) };
-            let stop = if d < 0 { end } else { (d as u64).min(end) };
-            holes += stop - h as u64;
-            pos = stop;
-        }
-        holes
-    }
-
     /// A block's first program allocates the whole block in the data file
     /// (zeros over its holes), so the programs after it allocate nothing and
     /// their syncs need no file-system commit; its other bytes, and other
@@ -1266,10 +1245,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dev");
         let g = small();
-        let d = FlashDevice::open(&Backend::File { path: path.clone() }, g, Timing::default())
-            .unwrap();
+        let d =
+            FlashDevice::open(&Backend::File { path: path.clone() }, g, Timing::default()).unwrap();
         let bb = g.block_bytes();
-        assert_eq!(hole_bytes(&path, 0, g.total_bytes()), g.total_bytes());
+        let holes = |start: u64, end: u64| (end - start) - allocated(&path, start, end - start);
+        assert_eq!(holes(0, g.total_bytes()), g.total_bytes());
         // Block 1 already holds bytes in its middle (an older release wrote
         // page by page; the fill must keep them).
         let b = 1;
@@ -1279,23 +1259,25 @@ mod tests {
             let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
             f.write_all_at(&[9u8; 4096], mid * 4096).unwrap();
         }
-        d.program(g.first_page(b), &[5u8; 4096], &rec(0, 1), 0).unwrap();
+        d.program(g.first_page(b), &[5u8; 4096], &rec(0, 1), 0)
+            .unwrap();
         let cow = crate::store::copy_on_write(&std::fs::File::open(&path).unwrap());
         if cow {
             // Copy-on-write file systems get no fill: only what was written.
-            assert_eq!(hole_bytes(&path, bb, 2 * bb), bb - 2 * 4096, "copy-on-write: no fill");
+            assert_eq!(holes(bb, 2 * bb), bb - 2 * 4096, "copy-on-write: no fill");
             return;
         }
-        assert_eq!(hole_bytes(&path, bb, 2 * bb), 0, "block 1 fully allocated");
-        assert_eq!(hole_bytes(&path, 0, bb), bb, "block 0 untouched");
-        assert_eq!(hole_bytes(&path, 2 * bb, g.total_bytes()), g.total_bytes() - 2 * bb);
+        assert_eq!(holes(bb, 2 * bb), 0, "block 1 fully allocated");
+        assert_eq!(holes(0, bb), bb, "block 0 untouched");
+        assert_eq!(holes(2 * bb, g.total_bytes()), g.total_bytes() - 2 * bb);
         {
             use std::os::unix::fs::FileExt;
             let f = std::fs::File::open(&path).unwrap();
             let mut buf = vec![0u8; 4096];
             f.read_exact_at(&mut buf, mid * 4096).unwrap();
             assert!(buf.iter().all(|&x| x == 9), "bytes already there were kept");
-            f.read_exact_at(&mut buf, (g.first_page(b) + 1) * 4096).unwrap();
+            f.read_exact_at(&mut buf, (g.first_page(b) + 1) * 4096)
+                .unwrap();
             assert!(buf.iter().all(|&x| x == 0), "holes read as zeros");
         }
         for p in 1..g.pages_per_block as u64 {
