@@ -192,11 +192,7 @@ fn nbd_over_localhost_tcp() {
         have("nbdinfo") && have("qemu-io"),
         "nbdinfo or qemu-io is not installed"
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     // The harness writes the [nbd] table itself: TCP goes on the command line.
     let d = Daemon::start_with_args(SMALL_DEVICE, &["--nbd-tcp", &format!("127.0.0.1:{port}")]);
     let uri = format!("nbd://127.0.0.1:{port}/default");

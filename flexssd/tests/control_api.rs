@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+mod support;
+use support::free_port;
+
 /// 8 channels × 2 dies × 16 blocks × 64 pages × 4 KiB = 64 MiB, 8 MiB per channel.
 const SMALL: &str = r#"
 [[devices]]
@@ -22,14 +25,6 @@ pages_per_block = 64
 name = "default"
 channels = 4
 "#;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A daemon on a temporary data directory; killed on drop.
 struct Daemon {

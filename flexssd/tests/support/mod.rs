@@ -71,7 +71,33 @@ pub fn is_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
+/// A TCP port on 127.0.0.1 that is free now, for a server a test starts
+/// later. Taken below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`): a port from that range, free when
+/// picked, can become any outgoing connection's source port before the
+/// server binds it (a host retrying an etcd that is not up yet made etcd's
+/// bind fail with "address already in use"). Ports are tried from an offset
+/// that differs per process and per call, so parallel tests and test
+/// binaries do not pick the same one.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (base, span) = (10_000u32, low.saturating_sub(10_000));
+    if span >= 1000 {
+        let start = std::process::id().wrapping_mul(7919);
+        for _ in 0..span {
+            let i = NEXT.fetch_add(1, Ordering::Relaxed);
+            let port = base + start.wrapping_add(i.wrapping_mul(13)) % span;
+            if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+                return port as u16;
+            }
+        }
+    }
+    // No room below the ephemeral range: any free port.
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
