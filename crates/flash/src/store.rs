@@ -416,13 +416,7 @@ impl Store {
     /// Writes `len` zero bytes at `off` of a region, without allocating
     /// (erases run on GC's path).
     fn put_zeros(&self, region: Region, off: usize, len: usize) -> Result<()> {
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(ZEROS.len());
-            self.put(region, off + done, &ZEROS[..n])?;
-            done += n;
-        }
-        Ok(())
+        in_zero_pieces(off, len, |at, z| self.put(region, at, z))
     }
 
     /// Writes page `p`'s OOB record. Caller holds the channel lock of the page.
@@ -726,13 +720,17 @@ impl Store {
 /// Zero bytes for writes of zeros, in pieces of this size.
 static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 
-/// Writes `len` zero bytes at `off` of `file`, in pieces of [`ZEROS`].
-fn write_zeros(file: &File, off: usize, len: usize) -> Result<()> {
-    use std::os::unix::fs::FileExt;
+/// Calls `put(offset, zeros)` over `len` bytes from `off`, in pieces of
+/// [`ZEROS`].
+fn in_zero_pieces(
+    off: usize,
+    len: usize,
+    mut put: impl FnMut(usize, &[u8]) -> Result<()>,
+) -> Result<()> {
     let mut done = 0;
     while done < len {
         let n = (len - done).min(ZEROS.len());
-        file.write_all_at(&ZEROS[..n], (off + done) as u64)?;
+        put(off + done, &ZEROS[..n])?;
         done += n;
     }
     Ok(())
@@ -775,7 +773,9 @@ fn zero_holes(file: &File, start: usize, end: usize, no_seek: NoSeekHole) -> Res
         } else {
             (data as usize).min(end)
         };
-        write_zeros(file, hole, stop - hole)?;
+        in_zero_pieces(hole, stop - hole, |at, z| {
+            Ok(file.write_all_at(z, at as u64)?)
+        })?;
         wrote = true;
         pos = stop;
     }

@@ -181,14 +181,17 @@ impl Vssd {
         };
         let mut first = least;
         if self.dev.crash_exposed() {
-            let durable: Vec<(u32, u32)> = g.pus[pu]
+            // The two least-worn durably erased blocks are all it takes to
+            // decide (least-worn blocks are usually durable: no full scan).
+            let mut durable = g.pus[pu]
                 .free
                 .iter()
                 .copied()
-                .filter(|&(_, b)| self.erase_durable(g, b))
-                .collect();
-            let waiting = g.pus[pu].free.len() - durable.len();
-            if durable.is_empty() || (durable.len() == 1 && waiting > 0) {
+                .filter(|&(_, b)| self.erase_durable(g, b));
+            let (one, two) = (durable.next(), durable.next());
+            // With one durable block, any other free block is waiting.
+            let last_one = two.is_none() && g.pus[pu].free.len() > 1;
+            if one.is_none() || last_one {
                 self.settle_erases(g)?;
                 if let Some(&d) = g.pus[pu]
                     .free
@@ -197,8 +200,8 @@ impl Vssd {
                 {
                     first = d;
                 }
-            } else {
-                first = durable[0];
+            } else if let Some(d) = one {
+                first = d;
             }
         }
         g.pus[pu].free.remove(&first);
