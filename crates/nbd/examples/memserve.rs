@@ -7,7 +7,8 @@
 //! ```
 //!
 //! The export is named `mem` and is also the default export. SIZE_BYTES defaults
-//! to 1 GiB; WORKERS (tokio worker threads) defaults to the number of CPUs. With
+//! to 1 GiB; WORKERS (tokio worker threads of the listener's runtime; each
+//! connection has a thread of its own) defaults to the number of CPUs. With
 //! LATENCY_US, the export runs in emulation mode: every operation completes that
 //! many microseconds after it is issued, on a monotonic clock. Stops on Ctrl-C or
 //! SIGTERM.

@@ -1,5 +1,7 @@
 //! The transmission phase of one connection: a reader that decodes and executes
-//! requests, and a writer task that sends the replies in batches.
+//! requests, and a writer task that sends the replies in batches. Both run on
+//! the connection's own thread and single-threaded runtime (see the crate
+//! docs), so handing a batch from one to the other wakes no other thread.
 //!
 //! # Data flow
 //!

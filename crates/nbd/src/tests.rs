@@ -1417,6 +1417,137 @@ async fn serve_unix_shuts_down_cleanly() {
     assert_eq!(&b, b"ok");
 }
 
+/// A device whose read at offset 0 blocks until [`Stall::release`] (or 10 s).
+struct Stall {
+    mem: MemDev,
+    open: std::sync::Mutex<bool>,
+    cv: std::sync::Condvar,
+    entered: std::sync::mpsc::SyncSender<()>,
+}
+
+impl Stall {
+    fn release(&self) {
+        *self.open.lock().unwrap() = true;
+        self.cv.notify_all();
+    }
+}
+
+impl BlockDev for Stall {
+    fn size(&self) -> u64 {
+        self.mem.size()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
+        if offset == 0 {
+            let _ = self.entered.try_send(());
+            let open = self.open.lock().unwrap();
+            let _ = self.cv.wait_timeout_while(open, T, |o| !*o).unwrap();
+        }
+        self.mem.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
+        self.mem.write(offset, data, fua)
+    }
+    fn flush(&self) -> IoResult {
+        Ok(0)
+    }
+    fn trim(&self, offset: u64, len: u64) -> IoResult {
+        self.mem.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
+        self.mem.write_zeroes(offset, len, fua)
+    }
+}
+
+/// A blocking client on a Unix socket: greets, picks `disk` with
+/// `NBD_OPT_EXPORT_NAME`, and sends a read of `len` at `offset`.
+fn blocking_read_request(
+    path: &std::path::Path,
+    offset: u64,
+    len: u32,
+) -> std::os::unix::net::UnixStream {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(path).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    let mut m = 3u32.to_be_bytes().to_vec();
+    m.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    m.extend_from_slice(&OPT_EXPORT_NAME.to_be_bytes());
+    m.extend_from_slice(&4u32.to_be_bytes());
+    m.extend_from_slice(b"disk");
+    s.write_all(&m).unwrap();
+    let mut r = [0u8; 10];
+    s.read_exact(&mut r).unwrap();
+    let req = encode_request(&RequestHeader {
+        flags: 0,
+        kind: CMD_READ,
+        cookie: offset,
+        offset,
+        length: len,
+    });
+    s.write_all(&req).unwrap();
+    s
+}
+
+/// Each accepted connection is served by a thread of its own: a device call
+/// that blocks one connection (a slow disk, a sync) holds up nothing else,
+/// even when the listener runs on a single-threaded runtime.
+#[test]
+fn a_connection_blocked_in_its_device_does_not_stall_another() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.sock");
+    let (entered, entered_rx) = std::sync::mpsc::sync_channel(1);
+    let dev = Arc::new(Stall {
+        mem: MemDev::new(SIZE),
+        open: std::sync::Mutex::new(false),
+        cv: std::sync::Condvar::new(),
+        entered,
+    });
+    dev.mem.write(4096, b"free", false).unwrap();
+    let server = server_with(vec![export("disk", dev.clone())], ServerConfig::default());
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let p = path.clone();
+    let listener_thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::UnixListener::bind(&p).unwrap();
+            ready_tx.send(()).unwrap();
+            server.serve_unix(listener, rx).await.unwrap();
+        });
+    });
+    ready_rx.recv_timeout(T).unwrap();
+
+    let mut stuck = blocking_read_request(&path, 0, 4);
+    entered_rx
+        .recv_timeout(T)
+        .expect("the first read reached the device");
+    // The first connection's thread is inside the device now; a second
+    // connection is accepted, negotiated and answered regardless.
+    let started = Instant::now();
+    let mut free = blocking_read_request(&path, 4096, 4);
+    let mut h = [0u8; 20];
+    free.read_exact(&mut h)
+        .expect("the second connection is answered while the first is blocked");
+    assert_eq!(&h[..16], &simple_reply(4096, 0));
+    assert_eq!(&h[16..], b"free");
+    assert!(
+        started.elapsed() < T / 2,
+        "answered only after the stalled read timed out"
+    );
+
+    dev.release();
+    stuck.read_exact(&mut h).unwrap();
+    assert_eq!(&h[..16], &simple_reply(0, 0));
+    tx.send(true).unwrap();
+    drop((stuck, free));
+    listener_thread.join().unwrap();
+}
+
 // ---------------------------------------------------------------------------------
 // Admission gates (the SLA scheduler's hook)
 // ---------------------------------------------------------------------------------
