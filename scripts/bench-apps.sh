@@ -26,7 +26,12 @@
 #   FLEXSSD_BASE_BIN=PATH  also run this flexssd build (server "bs", a baseline)
 #                      in the same rotation; the tables gain a new/base column
 #   WORKLOADS="pgbench fillrandom readrandom readrandomwriterandom"  the rows
-#                      to run (the db_bench rows need fillrandom before them)
+#                      to run (the db_bench rows need fillrandom before them);
+#                      add pgbench+neighbour for the isolation row: pgbench
+#                      again while a neighbour export of the same server (a
+#                      second vSSD; a second nbdkit process) takes fio's 4 KiB
+#                      random writes with no flushes, and a table of its tps
+#                      over pgbench's alone (needs the pgbench row too)
 #
 # Needs root (loop devices, mount), /dev/fuse, nbdfuse, nbdkit, nbdinfo,
 # PostgreSQL 15 (postgresql) and db_bench (rocksdb-tools); as root it installs
@@ -93,25 +98,37 @@ for line in t.splitlines():
     if not skip:
         out.append(line)
 print("\n".join(out))')
+# A second vSSD on other channels of the same device: the neighbour of the
+# isolation row (pgbench+neighbour); the other rows never touch it.
+DEFAULT_BODY+='
+[[vssds]]
+name = "neighbour"
+channels = 4'
 start_daemon "$WORK/fx" "$DEFAULT_BODY"
 FX="nbd+unix:///default?socket=$SOCK"
+FXN="nbd+unix:///neighbour?socket=$SOCK"
 BASE_BIN=${FLEXSSD_BASE_BIN:+$(realpath "$FLEXSSD_BASE_BIN")}
 if [ -n "$BASE_BIN" ]; then
   FX_PID=$DAEMON_PID NEW_BIN=$BIN BIN=$BASE_BIN DAEMON_PID=
   start_daemon "$WORK/bs" "$DEFAULT_BODY"
   PIDS+=("$DAEMON_PID"); DAEMON_PID=$FX_PID; BIN=$NEW_BIN
   BS="nbd+unix:///default?socket=$SOCK"
+  BSN="nbd+unix:///neighbour?socket=$SOCK"
 fi
 SIZE=$(nbdinfo --size "$FX")
-truncate -s "$SIZE" "$WORK/disk.img"
+truncate -s "$SIZE" "$WORK/disk.img" "$WORK/disk2.img"
 nbdkit -U "$WORK/kf.sock" --pidfile "$WORK/kf.pid" file "$WORK/disk.img"
 nbdkit -U "$WORK/km.sock" --pidfile "$WORK/km.pid" memory "$SIZE"
-for _ in $(seq 50); do [ -f "$WORK/kf.pid" ] && [ -f "$WORK/km.pid" ] && break; sleep 0.1; done
-PIDS+=("$(cat "$WORK/kf.pid")" "$(cat "$WORK/km.pid")")
+# The peers' neighbours for the isolation row: a second process of each.
+nbdkit -U "$WORK/kfn.sock" --pidfile "$WORK/kfn.pid" file "$WORK/disk2.img"
+nbdkit -U "$WORK/kmn.sock" --pidfile "$WORK/kmn.pid" memory "$SIZE"
+for _ in $(seq 50); do [ -f "$WORK/kf.pid" ] && [ -f "$WORK/km.pid" ] && [ -f "$WORK/kfn.pid" ] && [ -f "$WORK/kmn.pid" ] && break; sleep 0.1; done
+PIDS+=("$(cat "$WORK/kf.pid")" "$(cat "$WORK/km.pid")" "$(cat "$WORK/kfn.pid")" "$(cat "$WORK/kmn.pid")")
 read -ra servers <<<"${SERVERS:-fx kf km}"
 declare -A URI=([fx]=$FX [kf]="nbd+unix:///?socket=$WORK/kf.sock" [km]="nbd+unix:///?socket=$WORK/km.sock")
+declare -A NEIGHBOUR=([fx]=$FXN [kf]="nbd+unix:///?socket=$WORK/kfn.sock" [km]="nbd+unix:///?socket=$WORK/kmn.sock")
 declare -A NAME=([fx]=flexssd [kf]="nbdkit file" [km]="nbdkit memory" [bs]="flexssd base")
-if [ -n "$BASE_BIN" ]; then servers+=(bs); URI[bs]=$BS; fi
+if [ -n "$BASE_BIN" ]; then servers+=(bs); URI[bs]=$BS; NEIGHBOUR[bs]=$BSN; fi
 
 # attach SERVER FS: the export as a file (nbdfuse), a loop device on it, a fresh
 # FS on that, mounted on $MNT.
@@ -137,7 +154,8 @@ drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 DISK=$(basename "$(df --output=source "$WORK" | tail -1)")
 disk_written() { [ -r "/sys/class/block/$DISK/stat" ] && awk '{print $7}' "/sys/class/block/$DISK/stat"; }
 
-# pgbench on $MNT: prints tps.
+# pgbench on $MNT: prints tps. With a URI, a neighbour writes to that export
+# (fio, 4 KiB random writes at queue depth 32, no flushes) while pgbench runs.
 pg() {
   local pg=$MNT/pg
   runuser -u postgres -- "$PGBIN/initdb" -D "$pg" >/dev/null 2>&1
@@ -145,8 +163,18 @@ pg() {
     -o "-k $MNT -c listen_addresses='' -c shared_buffers=128MB" start >/dev/null
   runuser -u postgres -- pgbench -h "$MNT" -i -s 20 -q postgres >/dev/null 2>&1
   drop_caches
-  local out
+  local out noise=
+  if [ -n "${1:-}" ]; then
+    fio --name=neighbour --ioengine=nbd --uri="$1" --rw=randwrite --bs=4k --iodepth=32 \
+      --size=256M --time_based --runtime=$((PG_T + 30)) >/dev/null 2>&1 &
+    noise=$!
+    sleep 1
+  fi
   out=$(runuser -u postgres -- pgbench -h "$MNT" -c 4 -j 4 -T "$PG_T" postgres 2>/dev/null)
+  if [ -n "$noise" ]; then
+    kill -INT "$noise" 2>/dev/null || true
+    wait "$noise" 2>/dev/null || true
+  fi
   runuser -u postgres -- "$PGBIN/pg_ctl" -D "$pg" -m fast stop >/dev/null
   # db_bench comes next on the same file system: give it the space (btrfs on
   # the 896 MiB export has none left after pgbench's load and WAL).
@@ -190,6 +218,11 @@ for fs in $FS; do
         [ -n "$d0" ] && got[$fs,$s,diskmb]+="$(( ($(disk_written) - d0) / 2048 )) "
         [ -n "${OUT:-}" ] && echo "$fs,$r,$s,pgbench,$v" >> "$OUT/bench-apps.csv"
       fi
+      if has_row pgbench+neighbour; then
+        v=$(pg "${NEIGHBOUR[$s]}"); [ -n "$v" ] || { echo "bench-apps: pgbench beside the neighbour printed no tps" >&2; exit 1; }
+        got[$fs,$s,pgbench+neighbour]+="$v "
+        [ -n "${OUT:-}" ] && echo "$fs,$r,$s,pgbench+neighbour,$v" >> "$OUT/bench-apps.csv"
+      fi
       for w in fillrandom readrandom readrandomwriterandom; do
         has_row "$w" || continue
         v=$(db "$w"); [ -n "$v" ] || { echo "bench-apps: db_bench $w printed no ops/sec" >&2; exit 1; }
@@ -212,7 +245,7 @@ for fs in $FS; do
   [ -n "$BASE_BIN" ] && { hdr+=" flexssd base | new/base |"; sep+="---:|---:|"; }
   echo "$hdr"; echo "$sep"
   for w in "${rows[@]}"; do
-    unit=ops/s; [ "$w" = pgbench ] && unit=tps
+    unit=ops/s; [[ $w == pgbench* ]] && unit=tps
     # shellcheck disable=SC2086
     fx=$(med ${got[$fs,fx,$w]:-0}); kf=$(med ${got[$fs,kf,$w]:-0}); km=$(med ${got[$fs,km,$w]:-0})
     line="| $w ($unit) | $fx | $kf | $(ratio "$fx" "$kf") | $km | $(ratio "$fx" "$km") |"
@@ -221,6 +254,23 @@ for fs in $FS; do
     echo "$line"
   done
 done
+if has_row pgbench && has_row pgbench+neighbour; then
+  echo
+  echo "Isolation: pgbench's tps beside a neighbour writing flat out with no flushes"
+  echo "(another export of the same server: a second vSSD of the daemon, a second"
+  echo "nbdkit process), over its tps alone, medians. Goal: at least 0.90."
+  echo
+  echo "| file system |$(for s in "${servers[@]}"; do printf ' %s |' "${NAME[$s]}"; done)"
+  echo "|---|$(for _ in "${servers[@]}"; do printf -- '---:|'; done)"
+  for fs in $FS; do
+    line="| $fs |"
+    for s in "${servers[@]}"; do
+      # shellcheck disable=SC2086
+      line+=" $(ratio "$(med ${got[$fs,$s,pgbench+neighbour]:-0})" "$(med ${got[$fs,$s,pgbench]:-0})") |"
+    done
+    echo "$line"
+  done
+fi
 if [ -n "$(disk_written)" ]; then
   echo
   echo "Host disk ($DISK) writes during the pgbench step (initdb, load, ${PG_T}s run), MiB:"

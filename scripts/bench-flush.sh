@@ -7,8 +7,9 @@
 #
 # Two more rows show whether one tenant's flushes are its own: the flushing
 # tenant alone, and again while a second vSSD on the same device takes random
-# writes with no flushes at all (flexssd only: its flush syncs the flushing
-# vSSD's own pages, so the neighbour's dirty pages must not slow it).
+# writes with no flushes at all (its flush syncs the flushing vSSD's own pages,
+# so the neighbour's dirty pages must not slow it); and the same for the peer,
+# `nbdkit file` beside a second `nbdkit file` process on a second file.
 #
 #   scripts/bench-flush.sh [RUNTIME_SECONDS [REPS]]   (default 5 s, 3 repetitions)
 #
@@ -67,11 +68,14 @@ $FX_CONFIG"
   BS="nbd+unix:///default?socket=$SOCK"
   BNOISY="nbd+unix:///noisy?socket=$SOCK"
 fi
-truncate -s 2G "$WORK/disk.img"
+truncate -s 2G "$WORK/disk.img" "$WORK/disk2.img"
 nbdkit -U "$WORK/kf.sock" --pidfile "$WORK/kf.pid" file "$WORK/disk.img"
 nbdkit -U "$WORK/km.sock" --pidfile "$WORK/km.pid" memory 2G
-for _ in $(seq 50); do [ -f "$WORK/kf.pid" ] && [ -f "$WORK/km.pid" ] && break; sleep 0.1; done
-PIDS+=("$(cat "$WORK/kf.pid")" "$(cat "$WORK/km.pid")")
+# The peer's isolation row: the neighbour is a second nbdkit on a second file.
+nbdkit -U "$WORK/kn.sock" --pidfile "$WORK/kn.pid" file "$WORK/disk2.img"
+for _ in $(seq 50); do [ -f "$WORK/kf.pid" ] && [ -f "$WORK/km.pid" ] && [ -f "$WORK/kn.pid" ] && break; sleep 0.1; done
+PIDS+=("$(cat "$WORK/kf.pid")" "$(cat "$WORK/km.pid")" "$(cat "$WORK/kn.pid")")
+KN="nbd+unix:///?socket=$WORK/kn.sock"
 KF="nbd+unix:///?socket=$WORK/kf.sock"
 KM="nbd+unix:///?socket=$WORK/km.sock"
 
@@ -135,5 +139,6 @@ iso() {  # LABEL URI NEIGHBOUR_URI
   local a b; a=$(med "${alone[@]}"); b=$(med "${busy[@]}")
   echo "| $1 | $a | $b | $(python3 -c "print(f'{$b/$a:.2f}')") |"
 }
-iso "flexssd" "$FX" "$NOISY"
+iso "flexssd (neighbour: a second vSSD of the same daemon)" "$FX" "$NOISY"
 if [ -n "$BASE_BIN" ]; then iso "flexssd base" "$BS" "$BNOISY"; fi
+iso "nbdkit file (neighbour: a second nbdkit file process)" "$KF" "$KN"
