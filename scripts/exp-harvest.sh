@@ -42,7 +42,7 @@
 # Then the reclaim time of a full unsold gSSD (as before): a regular vSSD buys
 # exactly its channels, the volume migrates, the old gSSD is erased.
 #
-# Took 14 min 17 s with the defaults on 2 idle cores (docs/results/harvest.md).
+# Took 14 min 15 s with the defaults on 2 idle cores (docs/results/harvest.md).
 # Writes to docs/results/: harvest-fig18.csv (every run), harvest-fig18-summary.csv
 # (means and min-max), harvest-fig18.svg, harvest-fig19.csv, harvest-fig19.svg,
 # harvest-lending.csv (what each policy lent), harvest-summary.csv.
