@@ -211,6 +211,7 @@ fn nbd_server_config(cfg: &Config) -> Result<nbd::ServerConfig> {
         max_connections: n.max_connections,
         max_connections_per_tenant: n.max_connections_per_tenant,
         max_handshakes_per_source: n.max_handshakes_per_source,
+        spin_polls: n.spin_polls,
         ..nbd::ServerConfig::default()
     })
 }
