@@ -83,21 +83,7 @@ trap 'detach || true; stop_daemon; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/nu
 
 # flexssd on its embedded default, with only the data directory, the API
 # address and the NBD socket moved into $WORK.
-DEFAULT_BODY=$("$BIN" config default | python3 -c '
-import sys, re
-t = sys.stdin.read()
-t = re.sub(r"(?m)^data_dir\s*=.*\n", "", t)
-# [api] and [nbd] are written by start_daemon; keep the rest of the file.
-out, skip = [], False
-for line in t.splitlines():
-    if re.match(r"^\[(api|nbd)\]\s*$", line):
-        skip = True
-        continue
-    if skip and re.match(r"^\[", line):
-        skip = False
-    if not skip:
-        out.append(line)
-print("\n".join(out))')
+DEFAULT_BODY=$(default_body)
 # A second vSSD on other channels of the same device: the neighbour of the
 # isolation row (pgbench+neighbour); the other rows never touch it.
 DEFAULT_BODY+='

@@ -15,6 +15,8 @@
 #   PIN=CPU            run both servers and fio on that one CPU (taskset): no
 #                      wake-up crosses cores
 #   BENCH_ROWS=REGEX   only the rows whose name matches (grep -E)
+#   SPIN_POLLS=N       flexssd's [nbd] spin_polls (default: the built-in 64;
+#                      0: a connection's thread parks at once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNTIME=${1:-4}
@@ -39,28 +41,14 @@ trap 'stop_daemon; [ -f "$WORK/kf.pid" ] && kill "$(cat "$WORK/kf.pid")" 2>/dev/
 
 # The embedded default, less [api] and [nbd] (start_daemon writes them), on the
 # backend asked for.
-BODY=$("$BIN" config default | BACKEND=${BACKEND:-file} python3 -c '
-import os, re, sys
-t = re.sub(r"(?m)^data_dir\s*=.*\n", "", sys.stdin.read())
-out, skip = [], False
-for line in t.splitlines():
-    if re.match(r"^\[(api|nbd)\]\s*$", line):
-        skip = True
-        continue
-    if skip and re.match(r"^\[", line):
-        skip = False
-    if not skip:
-        out.append(line)
-t = "\n".join(out)
-if os.environ["BACKEND"] == "memory":
-    t = t.replace("backend = \"file\"", "backend = \"memory\"")
-print(t)')
+BODY=$(default_body)
+if [ "${BACKEND:-file}" = memory ]; then BODY=${BODY//backend = \"file\"/backend = \"memory\"}; fi
 if [ -n "${PIN:-}" ]; then
   printf '#!/bin/sh\nexec taskset -c %s %s "$@"\n' "$PIN" "$BIN" > "$WORK/flexssd"
   chmod +x "$WORK/flexssd"
   BIN=$WORK/flexssd
 fi
-start_daemon "$WORK/fx" "$BODY"
+start_daemon "$WORK/fx" "$BODY" "${SPIN_POLLS:+spin_polls = $SPIN_POLLS}"
 FX="nbd+unix:///default?socket=$SOCK"
 SIZE=$(nbdinfo --size "$FX" 2>/dev/null || echo 939524096)
 if [ "${BACKEND:-file}" = memory ]; then
@@ -84,7 +72,7 @@ rows=(
   "8k WAL-like (64 KiB region), flush after each|--rw=write --bs=8k --iodepth=1 --fsync=1 --size=64k"
   "128k seq write qd32|--rw=write --bs=128k --iodepth=32 --size=400M"
 )
-echo "backend ${BACKEND:-file}${PIN:+, all on CPU $PIN}; flexssd against $PEER; ${RUNTIME}s runs"
+echo "backend ${BACKEND:-file}${PIN:+, all on CPU $PIN}${SPIN_POLLS:+, spin_polls $SPIN_POLLS}; flexssd against $PEER; ${RUNTIME}s runs"
 echo
 echo "| workload | server | IOPS per run | mean latency µs per run | flush µs per run |"
 echo "|---|---|---|---|---|"

@@ -72,6 +72,25 @@ TOML
 
 # For a daemon started by start_daemon (they read BIN, API and SOCK): the CLI,
 # an export's NBD URI, a GET on the API.
+# default_body: $BIN's embedded default configuration (`config default`) less
+# data_dir and the [api] and [nbd] sections, which start_daemon writes: the
+# body to give start_daemon for "flexssd on its default configuration".
+default_body() {
+  "$BIN" config default | python3 -c '
+import re, sys
+t = re.sub(r"(?m)^data_dir\s*=.*\n", "", sys.stdin.read())
+out, skip = [], False
+for line in t.splitlines():
+    if re.match(r"^\[(api|nbd)\]\s*$", line):
+        skip = True
+        continue
+    if skip and re.match(r"^\[", line):
+        skip = False
+    if not skip:
+        out.append(line)
+print("\n".join(out))'
+}
+
 cli() { "$BIN" --api "$API" "$@"; }
 uri() { echo "nbd+unix:///$1?socket=$SOCK"; }
 jget() { curl -fs "$API$1"; }

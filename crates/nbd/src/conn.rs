@@ -629,6 +629,9 @@ impl<R: AsyncRead + Unpin> Conn<R> {
     /// budget (halved on a miss) was tried instead and collapsed to nothing
     /// at queue depth 1, where a catch takes most of the budget.
     async fn spin(&mut self) -> Option<std::io::Result<bool>> {
+        if self.spin_polls == 0 {
+            return None;
+        }
         let mut last = self.spin_clock.now();
         for _ in 0..self.spin_polls {
             tokio::task::yield_now().await;
@@ -1107,9 +1110,6 @@ impl Drop for CloseOnDrop {
     }
 }
 
-/// Runs the transmission phase until the client disconnects, the server shuts
-/// down, or the stream breaks; in-flight replies are sent before the connection
-/// is closed.
 /// The server's settings a connection's transmission phase uses (from
 /// [`crate::ServerConfig`]).
 #[derive(Debug, Clone, Copy)]
@@ -1122,6 +1122,9 @@ pub(crate) struct Knobs {
     pub spin_polls: u32,
 }
 
+/// Runs the transmission phase until the client disconnects, the server shuts
+/// down, or the stream breaks; in-flight replies are sent before the connection
+/// is closed.
 pub(crate) async fn transmit<R, W>(
     rd: R,
     inbuf: InBuf,

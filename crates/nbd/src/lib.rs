@@ -45,8 +45,8 @@
 //!   request [`ServerConfig::spin_polls`] times: at queue depth 1 the next
 //!   request is usually there within microseconds, and catching it saves
 //!   the cross-core wake-up of a parked thread (8 KiB reads one at a time:
-//!   22-23 µs a request against 51-52 µs parking at once, `nbdkit file`
-//!   40-41 µs, `scripts/bench-qd1.sh`).
+//!   22-24 µs a request against 52-55 µs parking at once, `nbdkit file`
+//!   41-44 µs, `scripts/bench-qd1.sh`).
 //! * **Out-of-order replies in emulation mode.** An export with a pacing clock
 //!   ([`Export::pace`]) is an emulated SSD whose device calls return modelled
 //!   completion times. The reader still executes every call at once, but a reply
