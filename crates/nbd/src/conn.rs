@@ -970,29 +970,29 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         }
         let piece = self.gate.max_piece();
         let mut res: IoResult = Ok(0);
+        // Pieces admitted at once are written together, in one device write
+        // (one program per flash unit for its pages, not one per piece):
+        // `[from, off)` is admitted and not yet written.
+        let mut from = 0u64;
         let mut off = 0u64;
         loop {
             let m = piece.min(u64::from(len) - off);
-            if let Err(e) = self.admit(Dir::Write, m, None).await? {
-                res = Err(e);
-                break;
-            }
-            let (a, b) = (off as usize, (off + m) as usize);
-            let payload = if buffered {
-                &self.inbuf.data()[a..b]
-            } else {
-                &self.wbuf[a..b]
-            };
-            // FUA's sync comes after, off the reader (see the module docs).
-            match contained("write", || self.dev.write(offset + off, payload, false)) {
-                Ok(t) => res = res.map(|d| d.max(t)),
-                Err(e) => {
+            let ticket = self.gate.ask(Dir::Write, m);
+            if !matches!(ticket, Ok(Ticket::GO)) {
+                // This piece waits (or is refused): what was admitted goes first.
+                res = self.write_span(res, buffered, offset, from, off);
+                from = off;
+                if res.is_err() {
+                    break;
+                }
+                if let Err(e) = self.admit(Dir::Write, m, Some(ticket)).await? {
                     res = Err(e);
                     break;
                 }
             }
             off += m;
             if off >= u64::from(len) {
+                res = self.write_span(res, buffered, offset, from, off);
                 break;
             }
         }
@@ -1002,6 +1002,26 @@ impl<R: AsyncRead + Unpin> Conn<R> {
             self.wbuf = Vec::new();
         }
         self.complete_fua(cookie, res, fua).await
+    }
+
+    /// Writes bytes `a .. b` of the payload being served (in the input buffer,
+    /// or in `wbuf` if it was read there) at `offset + a`, folding the result
+    /// into `res`; nothing for an empty span. FUA's sync comes after, off the
+    /// reader (see the module docs).
+    fn write_span(&self, res: IoResult, buffered: bool, offset: u64, a: u64, b: u64) -> IoResult {
+        if a >= b {
+            return res;
+        }
+        let (a_, b_) = (a as usize, b as usize);
+        let payload = if buffered {
+            &self.inbuf.data()[a_..b_]
+        } else {
+            &self.wbuf[a_..b_]
+        };
+        match contained("write", || self.dev.write(offset + a, payload, false)) {
+            Ok(t) => res.map(|d| d.max(t)),
+            Err(e) => Err(e),
+        }
     }
 
     /// Waits until the gate admits a piece of `len` bytes; `first` is its

@@ -1649,6 +1649,56 @@ async fn gated_requests_are_split_into_pieces_that_wait_their_turn() {
     assert!(c.disconnect().await.is_ok());
 }
 
+/// A device that records the write calls it is given, `(offset, length)`.
+struct WriteLog {
+    inner: Arc<dyn BlockDev>,
+    writes: Mutex<Vec<(u64, usize)>>,
+}
+
+impl blockdev::Layer for WriteLog {
+    fn inner(&self) -> &Arc<dyn BlockDev> {
+        &self.inner
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
+        self.writes.lock().push((offset, data.len()));
+        self.inner.write(offset, data, fua)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pieces_admitted_at_once_are_written_together() {
+    // One 200,000-byte write in 64 KiB pieces: a gate that admits every piece
+    // at once gets one device write; one that makes pieces wait gets one per
+    // piece, each after its turn.
+    for (step, want) in [(0u64, 1usize), (30_000_000, 4)] {
+        let gate = Arc::new(ScriptGate::new(step, 64 * 1024));
+        let mem = Arc::new(MemDev::new(SIZE));
+        let log = Arc::new(blockdev::Layered(WriteLog {
+            inner: mem.clone(),
+            writes: Mutex::new(Vec::new()),
+        }));
+        let mut e = export("disk", log.clone());
+        e.gate = Some(gate.clone());
+        let server = server_with(vec![e], ServerConfig::default());
+        let (mut c, _, _) = Client::go(&server, "disk", false).await;
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7) as u8).collect();
+        c.write(1, 8192, &data, 0).await;
+        assert_eq!(c.simple(0).await.error, 0);
+        assert_eq!(&dev_bytes(&*mem)[8192..208_192], &data[..]);
+        let writes = log.0.writes.lock().clone();
+        assert_eq!(writes.len(), want, "step {step}: {writes:?}");
+        // In order, end to end, covering the request exactly.
+        let mut at = 8192u64;
+        for &(off, len) in &writes {
+            assert_eq!(off, at, "{writes:?}");
+            at += len as u64;
+        }
+        assert_eq!(at, 208_192);
+        assert_eq!(gate.asked.lock().len(), 4, "every piece is still asked for");
+        assert!(c.disconnect().await.is_ok());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gate_retries_are_asked_again_and_refusals_fail_cleanly() {
     let mut g = ScriptGate::new(20_000_000, 1 << 20);

@@ -326,11 +326,18 @@ impl Vssd {
         self.drain(g, pu, u32::MAX, now)
     }
 
+    /// Whether unit `pu` has no GC to do: no victim being drained and free
+    /// blocks above the soft mark, so [`Vssd::gc_step`] does nothing there
+    /// (and host writes into its active block cannot change that).
+    pub(crate) fn gc_idle(g: &Inner, pu: usize) -> bool {
+        g.pus[pu].victim.is_none() && g.pus[pu].free.len() > GC_SOFT
+    }
+
     /// Background GC after a host write to `pu`: moves the write's share of the
     /// victim's pages once the unit runs low on free blocks, and finishes a
     /// victim it has started.
     pub(crate) fn gc_step(&self, g: &mut Inner, pu: usize, now: Nanos) -> Result<(), FtlError> {
-        if g.pus[pu].victim.is_none() && g.pus[pu].free.len() > GC_SOFT {
+        if Self::gc_idle(g, pu) {
             return Ok(());
         }
         if self.victim(g, pu, now).is_none() {

@@ -227,20 +227,40 @@ impl Vssd {
         oob: &Oob,
         now: Nanos,
     ) -> Result<(u32, Nanos), FtlError> {
+        let lp = self.program_run_into(g, pu, b, &[data], std::slice::from_ref(oob), now)?;
+        Ok((lp, self.dev.book_program(self.global_page(g, lp), now)))
+    }
+
+    /// Writes the next `data.len()` pages of `pu`'s active block `b` (which
+    /// has room for them) in one device program, closing the block when it
+    /// is full, and returns the first local page. Books no time: the caller
+    /// books each page ([`flash::FlashDevice::book_program`]).
+    pub(crate) fn program_run_into(
+        &self,
+        g: &mut Inner,
+        pu: usize,
+        b: u32,
+        data: &[&[u8]],
+        oobs: &[Oob],
+        now: Nanos,
+    ) -> Result<u32, FtlError> {
+        let k = data.len() as u32;
         let blk = &mut g.blocks[b as usize];
         let page = blk.wp;
         let at = self.geo.first_page(blk.id) + page as u64;
-        let done = self.dev.program(at, data, oob, now)?;
-        g.dirty.programmed(&self.geo, at);
+        self.dev.program_run(at, data, oobs)?;
+        for i in 0..u64::from(k) {
+            g.dirty.programmed(&self.geo, at + i);
+        }
         let blk = &mut g.blocks[b as usize];
-        blk.wp += 1;
+        blk.wp += k;
         blk.last_write = now;
-        blk.min_seq = blk.min_seq.min(oob.seq);
+        blk.min_seq = oobs.iter().fold(blk.min_seq, |m, o| m.min(o.seq));
         if blk.wp == self.ppb {
             blk.state = BState::Closed;
             g.pus[pu].active = None;
         }
-        g.counters.flash_pages_written += 1;
-        Ok((b * self.ppb + page, done))
+        g.counters.flash_pages_written += u64::from(k);
+        Ok(b * self.ppb + page)
     }
 }
