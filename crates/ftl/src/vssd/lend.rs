@@ -171,7 +171,7 @@ impl Vssd {
     /// [`FtlError::Gone`]; on error nothing is taken back.
     pub fn take_back(&self, extents: &[Extent]) -> Result<Nanos, FtlError> {
         let _serial = self.lend_lock.lock();
-        let mut g = self.inner.lock();
+        let g = self.inner.lock();
         if g.gone {
             return Err(FtlError::Gone(self.cfg.name.clone()));
         }
@@ -199,17 +199,41 @@ impl Vssd {
                 }
             }
         }
+        // The erases run without the lock, so the home tenant's I/O goes on
+        // beside them (hole punches and OOB writes in the host file: a
+        // reclaim must not stall the tenant it gives room to). Lent blocks
+        // are touched by nothing but lending, taking back and destroying,
+        // which `lend_lock` keeps out; they turn free only below.
+        let ids: Vec<_> = members
+            .iter()
+            .map(|&(_, b)| g.blocks[b as usize].id)
+            .collect();
+        drop(g);
         let now = self.clock.now();
         let mut done = now;
-        for &(_, b) in &members {
-            let id = g.blocks[b as usize].id;
+        let mut erased = Vec::new();
+        let mut res = Ok(());
+        for &id in &ids {
             // An erased block may hold bytes the borrower's GC left: they go too.
-            if let Some(t) = self.dev.erase_to_hand_over(id, now)? {
-                done = done.max(t);
-                g.dirty.erased(&self.geo, id);
-                g.counters.block_erases += 1;
+            match self.dev.erase_to_hand_over(id, now) {
+                Ok(Some(t)) => {
+                    done = done.max(t);
+                    erased.push(id);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
             }
         }
+        let mut g = self.inner.lock();
+        for &id in &erased {
+            g.dirty.erased(&self.geo, id);
+            g.counters.block_erases += 1;
+        }
+        // The blocks stay lent on an error: taking them back again retries.
+        res?;
         for &(pu, b) in &members {
             let blk = &mut g.blocks[b as usize];
             debug_assert_eq!(blk.state, BState::Lent);
