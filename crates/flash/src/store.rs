@@ -348,17 +348,25 @@ impl Store {
             }
         }
         let checked = self.crash_exposed();
-        let mut recs = Vec::with_capacity(k * OOB_SIZE);
-        for (oob, d) in oobs.iter().zip(data) {
-            let rec = if checked {
+        // The records side by side: on the stack for the usual short run
+        // (one page, or a request's few pages on one unit).
+        let (mut stack, mut heap) = ([0u8; OOB_SIZE * 8], Vec::new());
+        let recs: &mut [u8] = if k <= 8 {
+            &mut stack[..k * OOB_SIZE]
+        } else {
+            heap.resize(k * OOB_SIZE, 0);
+            &mut heap
+        };
+        for ((oob, d), rec) in oobs.iter().zip(data).zip(recs.chunks_exact_mut(OOB_SIZE)) {
+            rec.copy_from_slice(&if checked {
                 oob.encode_checked(d)
             } else {
                 oob.encode()
-            };
-            recs.extend_from_slice(&rec);
+            });
         }
+        let recs = &*recs;
         let oob_at = self.oob_off + first as usize * OOB_SIZE;
-        self.put(Region::Meta, oob_at, &recs)?;
+        self.put(Region::Meta, oob_at, recs)?;
         if let Some(r) = self.rec.get() {
             let mut r = r.lock();
             for (i, d) in data.iter().enumerate() {
