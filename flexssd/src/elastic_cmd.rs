@@ -53,6 +53,11 @@ pub struct PolicyOpts {
     /// Size of the prealloc policy's single disk.
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub prealloc: Option<u64>,
+    /// How the predictive policy counts recent writes: `pending` (writes less the
+    /// growth of used space, the default) or `window` (the paper's Algorithm 2 as
+    /// printed: every byte written during the history).
+    #[arg(long, value_name = "KIND")]
+    pub written_correction: Option<elastic::WrittenCorrection>,
     /// Multiply TMIN, TMAX, AD, RD and the reactive interval by this (a scaled-down
     /// run scales time too).
     #[arg(long, value_name = "F")]
@@ -84,6 +89,9 @@ impl PolicyOpts {
         }
         if let Some(v) = self.prealloc {
             c.prealloc = v;
+        }
+        if let Some(w) = self.written_correction {
+            c.written_correction = w;
         }
         if let Some(f) = self.time_scale {
             c.tmin_s *= f;

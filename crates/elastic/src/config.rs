@@ -61,6 +61,44 @@ impl std::str::FromStr for PolicyKind {
     }
 }
 
+/// What Algorithm 2 adds to used space for the bytes written during its history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum WrittenCorrection {
+    /// The paper's line 21 as printed: every byte written during the history
+    /// (`wb_max - wb_min`), even the part that used space already shows.
+    Window,
+    /// Ours: the bytes written during the history less what used space grew over it,
+    /// at least 0. Under flat usage (the case the paper argues from: writes that
+    /// may not be flushed yet) it is the paper's term; under growing usage it does
+    /// not count the same bytes twice, once in `used` and once as pending.
+    #[default]
+    Pending,
+}
+
+impl WrittenCorrection {
+    /// The name as written in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            WrittenCorrection::Window => "window",
+            WrittenCorrection::Pending => "pending",
+        }
+    }
+}
+
+impl std::str::FromStr for WrittenCorrection {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "window" => Ok(WrittenCorrection::Window),
+            "pending" => Ok(WrittenCorrection::Pending),
+            _ => Err(Error::Config(format!(
+                "unknown written correction {s:?} (window or pending)"
+            ))),
+        }
+    }
+}
+
 impl std::fmt::Display for PolicyKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -105,6 +143,10 @@ pub struct ElasticConfig {
     /// commits write a few KiB — so an idle volume never became removable.
     #[serde(deserialize_with = "size")]
     pub uncertainty_floor: u64,
+    /// How the predictor counts recent writes not yet visible in used space:
+    /// `window` (the paper's Algorithm 2 as printed) or `pending` (ours, the
+    /// default: writes less the growth of used space over the same history).
+    pub written_correction: WrittenCorrection,
     /// Most disks the pool may hold (a guard against runaway growth), 0 = unlimited.
     pub max_disks: u32,
 }
@@ -124,6 +166,7 @@ impl Default for ElasticConfig {
             reactive_interval_s: 5.0,
             io_pressure_bps: 8 << 20,
             uncertainty_floor: 4 << 20,
+            written_correction: WrittenCorrection::Pending,
             max_disks: 64,
         }
     }

@@ -60,7 +60,7 @@ impl Predictive {
             window: 2 * cfg.tmax(),
             ts: now,
             prev: None,
-            predictor: Predictor::new(),
+            predictor: Predictor::with_correction(cfg.written_correction),
         }
     }
 
