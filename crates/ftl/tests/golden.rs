@@ -8,6 +8,11 @@
 //! the on-flash format, the checkpoint bytes, GC's victim choices or the timing of
 //! the data path changes them. Update them only for an intended change of
 //! behaviour, and say so.
+//!
+//! Changed on purpose: the cost-benefit fingerprint when a multi-page write's
+//! pages went to the device together also while GC works (GC's steps after the
+//! request's pages on a unit, a victim chosen before them; the greedy run never
+//! met that case on this geometry).
 
 use std::sync::Arc;
 
@@ -195,7 +200,7 @@ fn cost_benefit_fingerprint_is_unchanged() {
     let (fp, gc_runs) = run(GcPolicyKind::CostBenefit);
     assert!(gc_runs > 100, "the workload must make GC work: {gc_runs}");
     assert_eq!(
-        fp, 13545461320683131157,
+        fp, 14381250846999264528,
         "cost-benefit fingerprint (gc runs {gc_runs})"
     );
 }

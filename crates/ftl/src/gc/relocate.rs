@@ -333,6 +333,50 @@ impl Vssd {
         g.pus[pu].victim.is_none() && g.pus[pu].free.len() > GC_SOFT
     }
 
+    /// The most pages `steps` background GC steps on `pu` ([`Vssd::gc_step`],
+    /// one per host page) can move, when moving pages of the unit's victim is
+    /// all they can do: the unit is not down to its whole-victim drain, and
+    /// its victim (chosen now if the first step would choose it) keeps live
+    /// pages after them even once the host pages of logical pages `lbas`
+    /// have replaced those of its pages they map to, so it is neither erased
+    /// nor followed by a next victim within them. `None` when the steps may
+    /// do more than move pages into the unit's active block.
+    pub(crate) fn gc_steps_bound(
+        &self,
+        g: &mut Inner,
+        pu: usize,
+        steps: u32,
+        lbas: std::ops::Range<u64>,
+        now: Nanos,
+    ) -> Option<u32> {
+        if Self::gc_idle(g, pu) {
+            return Some(0);
+        }
+        if g.pus[pu].free.len() <= GC_RESERVE + 1 {
+            return None;
+        }
+        let Some(victim) = self.victim(g, pu, now) else {
+            // nothing to collect: the steps do nothing
+            return Some(0);
+        };
+        let st = &g.pus[pu];
+        let mut debt = st.debt;
+        let mut total = 0u32;
+        for _ in 0..steps {
+            debt += st.ratio;
+            let n = debt.floor();
+            debt -= n;
+            total += (n as u32).max(1);
+        }
+        let replaced = lbas
+            .filter(|&lba| {
+                let lp = g.map.l2p[lba as usize];
+                lp != UNMAPPED && lp / self.ppb == victim
+            })
+            .count() as u32;
+        (total + replaced < g.blocks[victim as usize].valid).then_some(total)
+    }
+
     /// Background GC after a host write to `pu`: moves the write's share of the
     /// victim's pages once the unit runs low on free blocks, and finishes a
     /// victim it has started.

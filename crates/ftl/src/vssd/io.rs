@@ -14,7 +14,12 @@ use flash::{Oob, OobKind};
 use super::{Inner, Vssd, TRIM_REC, UNMAPPED};
 use crate::FtlError;
 
-/// A checkpoint is taken when this many trim records are live.
+/// Pages of one unit that [`Vssd::write_pages`] joins into one device write at
+/// most (a 128 KiB request on the default vSSD's 16 units has 2 a unit).
+const JOIN_PER_UNIT: usize = 16;
+
+/// A checkpoint is taken when this many trim records are live, or fewer on
+/// a small vSSD ([`Vssd::trim_budget`]).
 const MAX_LIVE_TRIMS: usize = 256;
 
 impl Vssd {
@@ -106,22 +111,44 @@ impl Vssd {
             let n = (end - last_full * ps) as usize;
             done = done.max(self.write_bytes(g, last_full * ps, &vec![0u8; n], now)?);
         }
-        let mut any = false;
-        for lba in first_full..last_full {
-            if g.map.l2p[lba as usize] != UNMAPPED {
-                any = true;
-                self.unmap(g, lba);
+        let range = first_full..last_full;
+        if range.clone().any(|lba| g.map.l2p[lba as usize] != UNMAPPED) {
+            // The record first, then the unmapping: a page is invalid only
+            // once the write that replaces it is on flash. Unmapped first,
+            // GC run by the record's own allocation could erase a block of a
+            // trimmed page, and make that erase durable, before the record
+            // existed: a host crash then lost both, and recovery failed on a
+            // checkpoint naming the page (the power-loss harness, seed 33 of
+            // the long vSSD suite). A record that fails to program leaves
+            // every page mapped.
+            done =
+                done.max(self.program_trim_record(g, first_full, last_full - first_full, now)?);
+            for lba in range {
+                if g.map.l2p[lba as usize] != UNMAPPED {
+                    self.unmap(g, lba);
+                }
             }
-        }
-        if any {
-            done = done.max(self.write_trim_record(g, first_full, last_full - first_full, now)?);
+            if g.map.live_trims.len() >= self.trim_budget(g) {
+                self.write_checkpoint(g)?;
+            }
         }
         Ok(done)
     }
 
+    /// Live trim records allowed before a checkpoint drops them: a record is
+    /// a valid page beside the data, so on a vSSD written to its capacity the
+    /// records live in GC's room, whose spare block per unit is all a full
+    /// vSSD has beyond its data. At most half of it per unit goes to them. On
+    /// the default geometry (256-page blocks) that is more than
+    /// [`MAX_LIVE_TRIMS`]; on a 2-unit vSSD of 8-page blocks it is 8, where 256
+    /// records ran a trim-heavy tenant out of space (the power-loss harness).
+    fn trim_budget(&self, g: &Inner) -> usize {
+        (g.pus.len() * self.ppb as usize / 2).clamp(1, MAX_LIVE_TRIMS)
+    }
+
     /// Programs a trim record of logical pages `start .. start + count` (which the
-    /// caller has unmapped), checkpointing when too many are live.
-    fn write_trim_record(
+    /// caller unmaps next; then it checkpoints if too many records are live).
+    fn program_trim_record(
         &self,
         g: &mut Inner,
         start: u64,
@@ -142,9 +169,6 @@ impl Vssd {
         g.map.p2l[lp as usize] = TRIM_REC;
         g.blocks[(lp / self.ppb) as usize].valid += 1;
         g.map.live_trims.push(lp);
-        if g.map.live_trims.len() >= MAX_LIVE_TRIMS {
-            self.write_checkpoint(g)?;
-        }
         Ok(done)
     }
 
@@ -182,19 +206,30 @@ impl Vssd {
     }
 
     /// Writes whole logical pages from `lba0` on, one per page of `data`,
-    /// exactly as the page-at-a-time loop ([`Vssd::write_page`] for each)
-    /// would: page `i` on unit `(rr + i) % units`, each unit's pages side by
-    /// side in its active block, sequence numbers and flash bookings in
-    /// request order. What changes is the store: a unit's pages of the
-    /// request are written in one device program (two writes to the host
-    /// file instead of two per page), and no GC step runs. Taken when every unit the pages stripe
-    /// over has room for its share in its active block and no GC to do (so
-    /// no GC step could come between its pages, and none would open a
-    /// block); otherwise one page goes the usual way and the rest are tried
-    /// again. (Letting GC's steps come after a unit's pages instead of
-    /// between them let host pages use room GC would have taken, and the
-    /// power-loss harness found a crash state that recovered with a unit out
-    /// of space.)
+    /// where the page-at-a-time loop ([`Vssd::write_page`] for each) would put
+    /// them: page `i` on unit `(rr + i) % units`, each unit's pages side by
+    /// side in its active block, sequence numbers and host bookings in request
+    /// order. What changes is the store: a unit's pages of the request are
+    /// written in one device program (two writes to the host file instead of
+    /// two per page).
+    ///
+    /// Background GC's steps, one per page as the loop takes them, come after
+    /// the request's pages on each unit rather than between them (a host
+    /// write's pages before the background work it triggers, as a controller
+    /// schedules them). So the joined path is taken only when that cannot
+    /// change what GC has room for: every unit the pages stripe over has room
+    /// in its active block for its share of the pages *and* for every page its
+    /// GC steps may move ([`Vssd::gc_steps_bound`]: no victim finished or
+    /// drained whole within the request). Then GC opens no block and takes
+    /// nothing from the free lists that the loop would not have. A unit whose
+    /// first step would choose a victim chooses it before the request's pages
+    /// rather than after its first page.
+    /// Otherwise one page goes the usual way and the rest are tried again.
+    /// Where GC has nothing to do, flash pages, OOB records and times are
+    /// exactly the loop's (`a_multi_page_write_lands_as_page_by_page`). (A
+    /// first version let host pages take room without the bound for GC's
+    /// moves, and the power-loss harness found a crash state that recovered
+    /// with a unit out of space.)
     fn write_pages(&self, g: &mut Inner, lba0: u64, data: &[u8], now: Nanos) -> IoResult {
         let ps = self.page_size;
         let n = data.len() / ps;
@@ -202,19 +237,30 @@ impl Vssd {
         let mut done = now;
         let mut i = 0;
         while i < n {
-            let m = n - i;
             let npu = g.pus.len();
+            // At most JOIN_PER_UNIT pages a unit at a time: what the check
+            // below looks at stays small however large the request.
+            let m = (n - i).min(npu.max(1) * JOIN_PER_UNIT);
             let r = g.rr;
             let units = m.min(npu);
             let share = |j: usize| (m - j).div_ceil(npu) as u32;
-            let fits = m > 1
-                && npu > 0
-                && (0..units).all(|j| {
-                    g.pus[(r + j) % npu]
-                        .active
-                        .is_some_and(|b| self.ppb - g.blocks[b as usize].wp >= share(j))
-                        && Self::gc_idle(g, (r + j) % npu)
-                });
+            let lbas = lba0 + i as u64..lba0 + (i + m) as u64;
+            let mut fits = m > 1 && npu > 0;
+            for j in 0..units {
+                if !fits {
+                    break;
+                }
+                let pu = (r + j) % npu;
+                let Some(b) = g.pus[pu].active else {
+                    fits = false;
+                    break;
+                };
+                let room = self.ppb - g.blocks[b as usize].wp;
+                fits = room >= share(j)
+                    && self
+                        .gc_steps_bound(g, pu, share(j), lbas.clone(), now)
+                        .is_some_and(|moves| room >= share(j) + moves);
+            }
             if !fits {
                 done = done.max(self.write_page(g, lba0 + i as u64, page(i), now)?);
                 i += 1;
@@ -266,12 +312,22 @@ impl Vssd {
             if let Some(e) = failed {
                 return Err(e.into());
             }
-            // The GC steps page by page would take here are no-ops: the units
-            // had no GC to do, and programs into their active blocks change
-            // neither their free blocks nor their victims.
-            debug_assert!((0..units).all(|j| Self::gc_idle(g, (r + j) % npu)));
             g.rr = (r + m) % npu;
-            i = n;
+            // Background GC's share of each page, in the loop's order: page
+            // moves into the active blocks only (checked above), so no block
+            // is erased or opened.
+            #[cfg(debug_assertions)]
+            let free_before: Vec<usize> = g.pus.iter().map(|st| st.free.len()).collect();
+            for k in 0..m {
+                self.gc_step(g, (r + k) % npu, now)?;
+            }
+            #[cfg(debug_assertions)]
+            debug_assert!(g
+                .pus
+                .iter()
+                .zip(&free_before)
+                .all(|(st, &f)| st.free.len() == f));
+            i += m;
         }
         Ok(done)
     }
