@@ -58,6 +58,10 @@ pub struct PolicyOpts {
     /// printed: every byte written during the history).
     #[arg(long, value_name = "KIND")]
     pub written_correction: Option<elastic::WrittenCorrection>,
+    /// Which probes the predictive policy's write trend is fitted to: `window`
+    /// (the default) or `history` (the paper's Algorithm 2 as printed).
+    #[arg(long, value_name = "KIND")]
+    pub trend: Option<elastic::Trend>,
     /// Multiply TMIN, TMAX, AD, RD and the reactive interval by this (a scaled-down
     /// run scales time too).
     #[arg(long, value_name = "F")]
@@ -92,6 +96,9 @@ impl PolicyOpts {
         }
         if let Some(w) = self.written_correction {
             c.written_correction = w;
+        }
+        if let Some(t) = self.trend {
+            c.trend = t;
         }
         if let Some(f) = self.time_scale {
             c.tmin_s *= f;

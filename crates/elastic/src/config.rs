@@ -99,6 +99,44 @@ impl std::str::FromStr for WrittenCorrection {
     }
 }
 
+/// Which probes Algorithm 2's regression of written bytes (the write trend it
+/// extrapolates `future` ahead) is fitted to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Trend {
+    /// The paper's line 16: the whole history. While used space stays flat the
+    /// history is never trimmed, so a write burst that has ended keeps its
+    /// slope in the fit, and the prediction above usage, for as long.
+    History,
+    /// Ours: only the probes within the window, the span the controller looks
+    /// back over; after a burst ends the trend falls to 0 within one window.
+    #[default]
+    Window,
+}
+
+impl Trend {
+    /// The name as written in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Trend::History => "history",
+            Trend::Window => "window",
+        }
+    }
+}
+
+impl std::str::FromStr for Trend {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "history" => Ok(Trend::History),
+            "window" => Ok(Trend::Window),
+            _ => Err(Error::Config(format!(
+                "unknown trend {s:?} (history or window)"
+            ))),
+        }
+    }
+}
+
 impl std::fmt::Display for PolicyKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -147,6 +185,9 @@ pub struct ElasticConfig {
     /// `window` (the paper's Algorithm 2 as printed) or `pending` (ours, the
     /// default: writes less the growth of used space over the same history).
     pub written_correction: WrittenCorrection,
+    /// Which probes the predictor's write trend is fitted to: `history` (the
+    /// paper's Algorithm 2 as printed) or `window` (ours, the default).
+    pub trend: Trend,
     /// Most disks the pool may hold (a guard against runaway growth), 0 = unlimited.
     pub max_disks: u32,
 }
@@ -167,6 +208,7 @@ impl Default for ElasticConfig {
             io_pressure_bps: 8 << 20,
             uncertainty_floor: 4 << 20,
             written_correction: WrittenCorrection::Pending,
+            trend: Trend::Window,
             max_disks: 64,
         }
     }

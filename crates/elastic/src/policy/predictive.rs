@@ -60,7 +60,7 @@ impl Predictive {
             window: 2 * cfg.tmax(),
             ts: now,
             prev: None,
-            predictor: Predictor::with_correction(cfg.written_correction),
+            predictor: Predictor::with(cfg.written_correction, cfg.trend),
         }
     }
 
