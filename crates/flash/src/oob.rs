@@ -6,24 +6,31 @@
 //! owner's writes, and its kind. A CRC makes a torn record read as "not programmed".
 //!
 //! On a device whose bytes can outlive a host crash (the file backend, or a
-//! device recording crash states), the record also carries a 24-bit check of
-//! the page's data ([`Oob::encode_checked`]): the kernel persists a page's data
-//! and its record separately, so after a power loss a valid record may sit
-//! beside data that never reached the disk (zeros, or what the page held before
-//! its block was erased). [`Oob::data_matches`] tells such a torn page apart.
-//! Records without the check (memory devices, older files) are taken as intact.
+//! device recording crash states), the record also carries a 32-bit check of
+//! the page's data, its CRC-32 ([`Oob::encode_checked`]): the kernel persists a
+//! page's data and its record separately, so after a power loss a valid record
+//! may sit beside data that never reached the disk (zeros, or what the page
+//! held before its block was erased). [`Oob::data_matches`] tells such a torn
+//! page apart. Records without the check (memory devices, older files) are
+//! taken as intact.
+//!
+//! The check was 24 bits (three bytes free in the record) until the long
+//! power-loss suite met a collision: a torn page whose old data, another
+//! logical page's, had the same 24 bits as the data its new record was written
+//! with, so recovery served that other page's data. The fourth byte is the top
+//! byte of the logical page number, which no vSSD reaches (2^56 pages); a flag
+//! says so, and records written before it keep their 24-bit check.
 
 /// Bytes of out-of-band data per page.
 pub const OOB_SIZE: usize = 32;
 const MAGIC: u32 = 0x4F4F_4246; // "FBOO"
 /// Bit of the kind byte saying bytes 25..28 hold a check of the page's data.
 const CHECKED: u8 = 0x80;
-
-/// The 24-bit check of a page's data kept in its record.
-fn data_check(data: &[u8]) -> [u8; 3] {
-    let c = crc32fast::hash(data).to_le_bytes();
-    [c[0], c[1], c[2]]
-}
+/// Bit of the kind byte saying byte 15 holds the check's fourth byte (the
+/// logical page number is then 7 bytes).
+const WIDE: u8 = 0x40;
+/// Logical pages below this have a free top byte for [`WIDE`].
+const WIDE_LBAS: u64 = 1 << 56;
 
 /// What a programmed page holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,8 +74,13 @@ impl Oob {
     /// docs).
     pub fn encode_checked(&self, data: &[u8]) -> [u8; OOB_SIZE] {
         let mut b = self.encode();
+        let c = crc32fast::hash(data).to_le_bytes();
         b[24] |= CHECKED;
-        b[25..28].copy_from_slice(&data_check(data));
+        b[25..28].copy_from_slice(&c[..3]);
+        if self.lba < WIDE_LBAS {
+            b[24] |= WIDE;
+            b[15] = c[3];
+        }
         let crc = crc32fast::hash(&b[..28]);
         b[28..32].copy_from_slice(&crc.to_le_bytes());
         b
@@ -77,7 +89,11 @@ impl Oob {
     /// Whether `data` is the data the raw record `b` was written with: true
     /// when `b` carries no data check (see [`Oob::encode_checked`]).
     pub fn data_matches(b: &[u8], data: &[u8]) -> bool {
-        b.len() < OOB_SIZE || b[24] & CHECKED == 0 || b[25..28] == data_check(data)
+        if b.len() < OOB_SIZE || b[24] & CHECKED == 0 {
+            return true;
+        }
+        let c = crc32fast::hash(data).to_le_bytes();
+        b[25..28] == c[..3] && (b[24] & WIDE == 0 || b[15] == c[3])
     }
 
     /// Parses a record; `None` for an erased or torn area.
@@ -88,14 +104,18 @@ impl Oob {
         if crc32fast::hash(&b[..28]) != u32::from_le_bytes(b[28..32].try_into().ok()?) {
             return None;
         }
-        let kind = match b[24] & !CHECKED {
+        let kind = match b[24] & !(CHECKED | WIDE) {
             1 => OobKind::Data,
             2 => OobKind::Trim,
             _ => return None,
         };
+        let mut lba = u64::from_le_bytes(b[8..16].try_into().ok()?);
+        if b[24] & WIDE != 0 {
+            lba &= WIDE_LBAS - 1;
+        }
         Some(Oob {
             owner: u32::from_le_bytes(b[4..8].try_into().ok()?),
-            lba: u64::from_le_bytes(b[8..16].try_into().ok()?),
+            lba,
             seq: u64::from_le_bytes(b[16..24].try_into().ok()?),
             kind,
         })
@@ -119,6 +139,52 @@ mod tests {
         b[10] ^= 1;
         assert_eq!(Oob::decode(&b), None, "a flipped bit must fail the CRC");
         assert_eq!(Oob::decode(&[0u8; OOB_SIZE]), None);
+    }
+
+    /// Two pages whose CRC-32s share their low 24 bits (found by search, as
+    /// the long power-loss suite met two): the 24-bit check took one for the
+    /// other, the 32-bit one does not; records of the 24-bit form still read.
+    #[test]
+    fn the_data_check_tells_apart_pages_whose_crcs_share_24_bits() {
+        let page = |i: u64| {
+            let mut p = vec![0u8; 4096];
+            for (k, c) in p.chunks_mut(8).enumerate() {
+                c.copy_from_slice(
+                    &(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ k as u64).to_le_bytes(),
+                );
+            }
+            p
+        };
+        let mut seen = std::collections::HashMap::new();
+        let (a, b) = (0u64..)
+            .find_map(|i| {
+                let c = crc32fast::hash(&page(i));
+                seen.insert(c & 0xFF_FFFF, i)
+                    .filter(|&j| crc32fast::hash(&page(j)) != c)
+                    .map(|j| (j, i))
+            })
+            .unwrap();
+        let o = Oob {
+            owner: 1,
+            kind: OobKind::Data,
+            lba: 11,
+            seq: 1775,
+        };
+        let rec = o.encode_checked(&page(a));
+        assert_eq!(Oob::decode(&rec), Some(o));
+        assert!(Oob::data_matches(&rec, &page(a)));
+        assert!(!Oob::data_matches(&rec, &page(b)), "pages {a} and {b}");
+        // the 24-bit form (before the wide check): decodes, and cannot tell them apart
+        let mut old = o.encode();
+        old[24] |= CHECKED;
+        old[25..28].copy_from_slice(&crc32fast::hash(&page(a)).to_le_bytes()[..3]);
+        let crc = crc32fast::hash(&old[..28]);
+        old[28..32].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(Oob::decode(&old), Some(o));
+        assert!(Oob::data_matches(&old, &page(b)));
+        // a page number too large for the wide form keeps the 24-bit check
+        let big = Oob { lba: 1 << 60, ..o };
+        assert_eq!(Oob::decode(&big.encode_checked(&page(a))), Some(big));
     }
 
     #[test]
