@@ -392,10 +392,10 @@ fn a_multi_page_write_lands_as_page_by_page() {
 
 /// While GC is busy, a request's pages on one unit still sit side by side in
 /// the unit's active block, GC's moves for them after them, so they can go to
-/// the device together: for most requests (407 of 547 here; 163 before GC's
-/// steps could follow a request's pages). Those that meet a block boundary, or
-/// whose GC steps may finish a victim, go page by page, GC's moves between
-/// their pages. And every read returns the last write. Whole-page requests of
+/// the device together: for most requests (462 of 547 here; 163 before GC's
+/// steps could follow a request's pages). Those that meet a block boundary,
+/// or whose GC steps may drain a victim whole or choose a second one, go page
+/// by page, GC's moves between their pages. And every read returns the last write. Whole-page requests of
 /// up to three pages per unit overwrite a vSSD three times.
 #[test]
 fn a_request_keeps_its_pages_together_while_gc_moves_others() {
@@ -468,7 +468,7 @@ fn a_request_keeps_its_pages_together_while_gc_moves_others() {
     assert!(s.gc_runs > 20, "GC must run in this test: {s:?}");
     assert!(checked > 200, "only {checked} requests met GC");
     assert!(
-        together * 3 >= checked * 2,
+        together * 4 >= checked * 3,
         "only {together} of {checked} requests that GC moved pages during kept their pages together"
     );
     check_content(&v, &m);

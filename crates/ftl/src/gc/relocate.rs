@@ -334,13 +334,14 @@ impl Vssd {
     }
 
     /// The most pages `steps` background GC steps on `pu` ([`Vssd::gc_step`],
-    /// one per host page) can move, when moving pages of the unit's victim is
-    /// all they can do: the unit is not down to its whole-victim drain, and
-    /// its victim (chosen now if the first step would choose it) keeps live
-    /// pages after them even once the host pages of logical pages `lbas`
-    /// have replaced those of its pages they map to, so it is neither erased
-    /// nor followed by a next victim within them. `None` when the steps may
-    /// do more than move pages into the unit's active block.
+    /// one per host page) can move, when moving pages of the unit's victim
+    /// into its active block is all they can do besides erasing it: the unit
+    /// is not down to its whole-victim drain, and its victim (chosen now if
+    /// the first step would choose it), once the host pages of logical pages
+    /// `lbas` have replaced those of its pages they map to, either keeps live
+    /// pages after the steps or is finished by them with the unit then back
+    /// above GC's soft mark (so no next victim is chosen within them). `None`
+    /// when the steps may do more.
     pub(crate) fn gc_steps_bound(
         &self,
         g: &mut Inner,
@@ -374,7 +375,13 @@ impl Vssd {
                 lp != UNMAPPED && lp / self.ppb == victim
             })
             .count() as u32;
-        (total + replaced < g.blocks[victim as usize].valid).then_some(total)
+        let left = g.blocks[victim as usize].valid.saturating_sub(replaced);
+        if total < left {
+            return Some(total);
+        }
+        // The steps finish the victim: its erase frees a block, and the steps
+        // after it must find nothing to do.
+        (g.pus[pu].free.len() + 1 > GC_SOFT).then_some(left)
     }
 
     /// Background GC after a host write to `pu`: moves the write's share of the

@@ -219,11 +219,11 @@ impl Vssd {
     /// schedules them). So the joined path is taken only when that cannot
     /// change what GC has room for: every unit the pages stripe over has room
     /// in its active block for its share of the pages *and* for every page its
-    /// GC steps may move ([`Vssd::gc_steps_bound`]: no victim finished or
-    /// drained whole within the request). Then GC opens no block and takes
-    /// nothing from the free lists that the loop would not have. A unit whose
-    /// first step would choose a victim chooses it before the request's pages
-    /// rather than after its first page.
+    /// GC steps may move ([`Vssd::gc_steps_bound`]: no victim drained whole
+    /// or chosen after another within the request). Then GC opens no block
+    /// and takes nothing from the free lists that the loop would not have. A
+    /// unit whose first step would choose a victim chooses it before the
+    /// request's pages rather than after its first page.
     /// Otherwise one page goes the usual way and the rest are tried again.
     /// Where GC has nothing to do, flash pages, OOB records and times are
     /// exactly the loop's (`a_multi_page_write_lands_as_page_by_page`). (A
@@ -315,7 +315,7 @@ impl Vssd {
             g.rr = (r + m) % npu;
             // Background GC's share of each page, in the loop's order: page
             // moves into the active blocks only (checked above), so no block
-            // is erased or opened.
+            // is opened, and at most the victim is erased.
             #[cfg(debug_assertions)]
             let free_before: Vec<usize> = g.pus.iter().map(|st| st.free.len()).collect();
             for k in 0..m {
@@ -326,7 +326,7 @@ impl Vssd {
                 .pus
                 .iter()
                 .zip(&free_before)
-                .all(|(st, &f)| st.free.len() == f));
+                .all(|(st, &f)| st.free.len() == f || st.free.len() == f + 1));
             i += m;
         }
         Ok(done)
