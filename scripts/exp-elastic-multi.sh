@@ -22,6 +22,8 @@
 #
 #   scripts/exp-elastic-multi.sh      (VOLS=3 ITERS=3 RUNS=3 STEP_MIB=128; ~90 s a run)
 #   PAGE_ONLY=/tmp/exp-elastic-multi.XXXXXX scripts/exp-elastic-multi.sh   (page again, no runs)
+#   KEEP_RUNS=1 POLICIES="predictive" scripts/exp-elastic-multi.sh   (rerun some, keep the others' rows)
+#   NOTE="..."   a remark printed under the results table (e.g. which policies were rerun when)
 #
 # `predictive-paper` is the predictive policy with Algorithm 2 as printed
 # (`--written-correction window --trend history`); `predictive` is ours (the
@@ -102,7 +104,16 @@ job() {
   echo "$err"
 }
 
-[ -n "${PAGE_ONLY:-}" ] || echo "policy,reserve_mib,run,completion_s,app_errors,waste_gbh,adds,removes,peak_alloc_mib" > "$OUT/elastic-multi.csv"
+if [ -n "${PAGE_ONLY:-}" ]; then
+  :
+elif [ -n "${KEEP_RUNS:-}" ] && [ -f "$OUT/elastic-multi.csv" ]; then
+  # rerun only $POLICIES; keep the other policies' rows (their series are not
+  # kept: the page's per-volume table then shows the rerun policies only)
+  grep -v -E "^($(echo $POLICIES | tr ' ' '|')),"  "$OUT/elastic-multi.csv" > "$WORK/keep.csv" || true
+  cp "$WORK/keep.csv" "$OUT/elastic-multi.csv"
+else
+  echo "policy,reserve_mib,run,completion_s,app_errors,waste_gbh,adds,removes,peak_alloc_mib" > "$OUT/elastic-multi.csv"
+fi
 # one_run POLICY RESERVE_MIB RUN: VOLS volumes and jobs at once; appends a row; fails
 # if any job step failed.
 one_run() {
@@ -200,7 +211,7 @@ PY
 
 step "results page"
 DIRTY=$(git status --porcelain -- crates/elastic flexssd/src/elastic_cmd.rs flexssd/src/elastic scripts/exp-elastic-multi.sh | head -1)
-WORK=$WORK OUT=$OUT VOLS=$VOLS ITERS=$ITERS LINES=$LINES COOL_S=$COOL_S RUNS=$RUNS STEP_MIB=$STEP_MIB COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" python3 - <<'PY'
+NOTE=${NOTE:-} WORK=$WORK OUT=$OUT VOLS=$VOLS ITERS=$ITERS LINES=$LINES COOL_S=$COOL_S RUNS=$RUNS STEP_MIB=$STEP_MIB COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" python3 - <<'PY'
 import csv, os, statistics as S
 E = os.environ
 runs = list(csv.DictReader(open(f"{E['OUT']}/elastic-multi.csv")))
@@ -244,7 +255,10 @@ for p in POL:
               f"{t:.1f} ± {sd(p, 'completion_s'):.1f} [{tl:.1f}–{th:.1f}] | {ov} | "
               f"{w:.4f} ± {sd(p, 'waste_gbh'):.4f} [{wl:.4f}–{wh:.4f}] | {vs} | "
               f"{mean(p, 'adds'):.1f} / {mean(p, 'removes'):.1f} |")
-md += ["", "Every run, including the failed ones at smaller reserves: `elastic-multi.csv`.", "",
+md += ["", "Every run, including the failed ones at smaller reserves: `elastic-multi.csv`."]
+if E.get("NOTE"):
+    md += ["", "**Note on these runs:** " + E["NOTE"]]
+md += ["",
        "The paper (K-Means, 30 VMs): reserves 4 GB (reactive) and 1.5 GB (predictive); overhead 6.3% "
        "(reactive-addrm) and 5.5% (predictive) against prealloc; waste five-fold (reactive-addrm) and almost "
        "ten-fold (predictive) below prealloc, predictive 42% below reactive-addrm.", ""]
