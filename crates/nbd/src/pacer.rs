@@ -147,26 +147,31 @@ mod tests {
     use clock::MonotonicClock;
 
     /// Schedules 50 jobs in reverse deadline order; returns their lateness (ns),
-    /// after checking that they ran in deadline order and none ran early.
-    fn run_batch(p: &Pacer, clock: &Arc<dyn Clock>) -> Vec<u64> {
+    /// after checking that none ran early and, when all 50 were scheduled before
+    /// the first deadline, that they ran in deadline order. (On a loaded machine
+    /// the scheduling itself can outlast the first deadlines; then a due job
+    /// rightly runs before a job of an earlier deadline that did not exist yet.)
+    fn run_batch(p: &Pacer, clock: &Arc<dyn Clock>) -> (Vec<u64>, bool) {
         let (tx, rx) = std::sync::mpsc::channel();
         let base = clock.now();
+        let first = base + 2_000_000;
         for i in 0..50u64 {
-            let at = base + 2_000_000 + (49 - i) * 20_000;
+            let at = first + (49 - i) * 20_000;
             let (tx, c) = (tx.clone(), clock.clone());
             p.schedule(at, move || tx.send((at, c.now())).unwrap());
         }
+        let in_time = clock.now() < first;
         let got: Vec<(u64, u64)> = (0..50)
             .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
             .collect();
         assert!(
-            got.windows(2).all(|w| w[0].0 <= w[1].0),
+            !in_time || got.windows(2).all(|w| w[0].0 <= w[1].0),
             "jobs ran out of deadline order"
         );
         assert!(got.iter().all(|&(at, ran)| ran >= at), "a job ran early");
         let mut late: Vec<u64> = got.iter().map(|&(at, ran)| ran - at).collect();
         late.sort_unstable();
-        late
+        (late, in_time)
     }
 
     #[test]
@@ -174,17 +179,18 @@ mod tests {
         let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
         let p = Pacer::new(clock.clone()).unwrap();
         // Timing on a loaded 2-core CI machine is noisy: one quiet batch out of a
-        // few is enough to show sub-millisecond precision (tokio's timer would be
-        // about 1 ms late every time). Order and never-early hold for every batch.
-        let mut medians = Vec::new();
-        for _ in 0..5 {
-            let late = run_batch(&p, &clock);
-            if late[25] < 500_000 {
+        // few (scheduled in time, so its order is checked) is enough to show
+        // sub-millisecond precision (tokio's timer would be about 1 ms late every
+        // time). Never-early holds for every batch.
+        let mut seen = Vec::new();
+        for _ in 0..10 {
+            let (late, in_time) = run_batch(&p, &clock);
+            if in_time && late[25] < 500_000 {
                 return;
             }
-            medians.push(late[25]);
+            seen.push((late[25], in_time));
         }
-        panic!("median lateness of every batch over 500 us: {medians:?}");
+        panic!("no batch scheduled in time with a median lateness under 500 us: {seen:?}");
     }
 
     #[test]
