@@ -104,16 +104,10 @@ job() {
   echo "$err"
 }
 
-if [ -n "${PAGE_ONLY:-}" ]; then
-  :
-elif [ -n "${KEEP_RUNS:-}" ] && [ -f "$OUT/elastic-multi.csv" ]; then
-  # rerun only $POLICIES; keep the other policies' rows (their series are not
-  # kept: the page's per-volume table then shows the rerun policies only)
-  grep -v -E "^($(echo $POLICIES | tr ' ' '|')),"  "$OUT/elastic-multi.csv" > "$WORK/keep.csv" || true
-  cp "$WORK/keep.csv" "$OUT/elastic-multi.csv"
-else
-  echo "policy,reserve_mib,run,completion_s,app_errors,waste_gbh,adds,removes,peak_alloc_mib" > "$OUT/elastic-multi.csv"
-fi
+# with KEEP_RUNS, rerun only $POLICIES: the other policies' rows stay (not their
+# series: the page's per-volume table then shows the rerun policies only)
+[ -n "${PAGE_ONLY:-}" ] || keep_rows "$OUT/elastic-multi.csv" \
+  "policy,reserve_mib,run,completion_s,app_errors,waste_gbh,adds,removes,peak_alloc_mib" $POLICIES
 # one_run POLICY RESERVE_MIB RUN: VOLS volumes and jobs at once; appends a row; fails
 # if any job step failed.
 one_run() {

@@ -103,15 +103,8 @@ bench() {
 }
 
 HEADER="policy,reserve_mib,run,completion_s,app_errors,waste_gbh,adds,removes,peak_alloc_mib"
-if [ -n "${PAGE_ONLY:-}" ]; then
-  :
-elif [ -n "${KEEP_RUNS:-}" ] && [ -f "$OUT/elastic-runs.csv" ]; then
-  # rerun only $POLICIES; keep the other policies' rows and series
-  grep -v -E "^($(echo $POLICIES | tr ' ' '|')),"  "$OUT/elastic-runs.csv" > "$WORK/keep.csv" || true
-  cp "$WORK/keep.csv" "$OUT/elastic-runs.csv"
-else
-  echo "$HEADER" > "$OUT/elastic-runs.csv"
-fi
+# with KEEP_RUNS, rerun only $POLICIES: the other policies' rows and series stay
+[ -n "${PAGE_ONLY:-}" ] || keep_rows "$OUT/elastic-runs.csv" "$HEADER" $POLICIES
 one_run() { # policy reserve_mib run
   local p=$1 r=$2 k=$3 res csvf="$WORK/series-$1-$2-$3.csv" st="$WORK/state-$1"
   rm -rf "$st"; : > "$WORK/bench.err"

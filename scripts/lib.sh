@@ -158,3 +158,17 @@ for job in j["jobs"]:
 print(f"{iops:.0f} {p99:.0f}")
 PY
 }
+
+# keep_rows CSV HEADER POLICY...: for an experiment that reruns some policies.
+# With KEEP_RUNS set and CSV present, drops the rows of the POLICYs named (about
+# to be rerun) and keeps every other row; otherwise starts CSV with HEADER.
+keep_rows() {
+  local csv=$1 header=$2
+  shift 2
+  if [ -n "${KEEP_RUNS:-}" ] && [ -f "$csv" ]; then
+    grep -v -E "^($(echo "$@" | tr ' ' '|'))," "$csv" > "$csv.keep" || true
+    mv "$csv.keep" "$csv"
+  else
+    echo "$header" > "$csv"
+  fi
+}
