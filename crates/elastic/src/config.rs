@@ -76,16 +76,6 @@ pub enum WrittenCorrection {
     Pending,
 }
 
-impl WrittenCorrection {
-    /// The name as written in configs and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            WrittenCorrection::Window => "window",
-            WrittenCorrection::Pending => "pending",
-        }
-    }
-}
-
 impl std::str::FromStr for WrittenCorrection {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
@@ -112,16 +102,6 @@ pub enum Trend {
     /// back over; after a burst ends the trend falls to 0 within one window.
     #[default]
     Window,
-}
-
-impl Trend {
-    /// The name as written in configs and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Trend::History => "history",
-            Trend::Window => "window",
-        }
-    }
 }
 
 impl std::str::FromStr for Trend {

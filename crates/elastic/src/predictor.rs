@@ -65,15 +65,9 @@ fn rate(a: (Nanos, FsStats), b: (Nanos, FsStats)) -> f64 {
 }
 
 impl Predictor {
-    /// An empty predictor with the default written-bytes correction.
+    /// An empty predictor with the default written-bytes correction and trend.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// An empty predictor with the given written-bytes correction (and the
-    /// default trend).
-    pub fn with_correction(correction: WrittenCorrection) -> Self {
-        Self::with(correction, Trend::default())
     }
 
     /// An empty predictor with the given written-bytes correction and trend.
@@ -205,7 +199,7 @@ mod tests {
 
     #[test]
     fn pending_counts_only_writes_that_used_space_does_not_show_yet() {
-        let mut p = Predictor::with_correction(WrittenCorrection::Pending);
+        let mut p = Predictor::with(WrittenCorrection::Pending, Trend::Window);
         // as above: 10 MiB/s written, used follows one second behind
         let mut last = 0;
         for i in 0..=20u64 {
@@ -216,7 +210,7 @@ mod tests {
         // the rate term is the same as the paper's
         assert_eq!(last, 190 * M + 120 * M);
         // usage stalls while 30 MiB more are written: all of it is pending
-        let mut p = Predictor::with_correction(WrittenCorrection::Pending);
+        let mut p = Predictor::with(WrittenCorrection::Pending, Trend::Window);
         for i in 0..4u64 {
             last = p.predict(i * SEC, st(50 * M, i * 10 * M), 10 * SEC, 0);
         }
@@ -257,7 +251,7 @@ mod tests {
     fn pending_is_never_negative_when_usage_outgrows_the_writes() {
         // used can grow by more than the device writes seen (e.g. the counters lag);
         // the correction floors at 0 rather than lowering the prediction below used
-        let mut p = Predictor::with_correction(WrittenCorrection::Pending);
+        let mut p = Predictor::with(WrittenCorrection::Pending, Trend::Window);
         p.predict(0, st(10 * M, 0), 10 * SEC, 0);
         let pred = p.predict(SEC, st(60 * M, 5 * M), 10 * SEC, 0);
         assert_eq!(pred, 60 * M);

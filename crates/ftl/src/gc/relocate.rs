@@ -32,6 +32,16 @@ pub(crate) const GC_SOFT: usize = 3;
 /// write amplification (it did: 5 blocks of 32 made random writes 14x dearer).
 pub(crate) const GC_LOW: usize = 2;
 
+/// Pages one background GC step moves: the write's share `ratio` added to the
+/// fraction of a page owed (`debt`, updated), whole pages of it, and at least
+/// one, so a victim is always finished.
+fn step_share(debt: &mut f64, ratio: f64) -> u32 {
+    *debt += ratio;
+    let n = debt.floor();
+    *debt -= n;
+    (n as u32).max(1)
+}
+
 impl Vssd {
     /// The unit's GC victim: the one being drained, or a fresh choice of the
     /// policy among closed blocks with invalid pages.
@@ -362,13 +372,9 @@ impl Vssd {
         };
         let st = &g.pus[pu];
         let mut debt = st.debt;
-        let mut total = 0u32;
-        for _ in 0..steps {
-            debt += st.ratio;
-            let n = debt.floor();
-            debt -= n;
-            total += (n as u32).max(1);
-        }
+        let total = (0..steps)
+            .map(|_| step_share(&mut debt, st.ratio))
+            .sum::<u32>();
         let replaced = lbas
             .filter(|&lba| {
                 let lp = g.map.l2p[lba as usize];
@@ -402,11 +408,8 @@ impl Vssd {
             self.drain(g, pu, u32::MAX, now)?;
             return Ok(());
         }
-        st.debt += st.ratio;
-        let n = st.debt.floor();
-        st.debt -= n;
-        // At least one page per write, so a victim is always finished.
-        self.drain(g, pu, (n as u32).max(1), now)?;
+        let n = step_share(&mut st.debt, st.ratio);
+        self.drain(g, pu, n, now)?;
         Ok(())
     }
 

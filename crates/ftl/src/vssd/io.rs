@@ -245,22 +245,19 @@ impl Vssd {
             let units = m.min(npu);
             let share = |j: usize| (m - j).div_ceil(npu) as u32;
             let lbas = lba0 + i as u64..lba0 + (i + m) as u64;
-            let mut fits = m > 1 && npu > 0;
-            for j in 0..units {
-                if !fits {
-                    break;
-                }
-                let pu = (r + j) % npu;
-                let Some(b) = g.pus[pu].active else {
-                    fits = false;
-                    break;
-                };
-                let room = self.ppb - g.blocks[b as usize].wp;
-                fits = room >= share(j)
-                    && self
-                        .gc_steps_bound(g, pu, share(j), lbas.clone(), now)
-                        .is_some_and(|moves| room >= share(j) + moves);
-            }
+            let fits = m > 1
+                && npu > 0
+                && (0..units).all(|j| {
+                    let pu = (r + j) % npu;
+                    let Some(b) = g.pus[pu].active else {
+                        return false;
+                    };
+                    let room = self.ppb - g.blocks[b as usize].wp;
+                    room >= share(j)
+                        && self
+                            .gc_steps_bound(g, pu, share(j), lbas.clone(), now)
+                            .is_some_and(|moves| room >= share(j) + moves)
+                });
             if !fits {
                 done = done.max(self.write_page(g, lba0 + i as u64, page(i), now)?);
                 i += 1;
