@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 declare -A pkg=(
   [fio]=fio [nbdinfo]=libnbd-bin [nbdcopy]=libnbd-bin [nbdsh]=python3-libnbd [nbdfuse]=nbdfuse
   [nbdkit]=nbdkit [qemu-img]=qemu-utils [qemu-io]=qemu-utils [mkfs.btrfs]=btrfs-progs
-  [mkfs.ext4]=e2fsprogs [fusermount3]=fuse3 [losetup]=mount [python3]=python3
+  [mkfs.ext4]=e2fsprogs [mkfs.xfs]=xfsprogs [xfs_repair]=xfsprogs [fusermount3]=fuse3 [losetup]=mount [python3]=python3
   [openssl]=openssl [pkg-config]=pkg-config [etcd]=etcd-server [etcdctl]=etcd-client
   [protoc]=protobuf-compiler [chromium]=chromium [chromedriver]=chromium-driver
 )

@@ -37,12 +37,18 @@ fn check(files: &[(String, Vec<u8>)], dir: &Path) {
 }
 
 fn filesystem_cycle(mkfs: &[&str], fsck: &[&str]) {
+    filesystem_cycle_on(SMALL_DEVICE, mkfs, fsck)
+}
+
+/// [`filesystem_cycle`] on a daemon configured with `device` (its vSSD
+/// named "default").
+fn filesystem_cycle_on(device: &str, mkfs: &[&str], fsck: &[&str]) {
     if let Err(why) = fs_ready() {
         eprintln!("SKIP filesystem test: {why}");
         return;
     }
     require!(have(mkfs[0]), format!("{} is not installed", mkfs[0]));
-    let mut d = Daemon::start(SMALL_DEVICE);
+    let mut d = Daemon::start(device);
     let files;
     {
         let a = Attached::new(&d, "default");
@@ -82,4 +88,27 @@ fn ext4_on_a_vssd() {
 #[test]
 fn btrfs_on_a_vssd() {
     filesystem_cycle(&["mkfs.btrfs", "-q", "-f"], &["btrfs", "check"]);
+}
+
+/// SMALL_DEVICE with twice the blocks: XFS wants at least 300 MiB.
+const XFS_DEVICE: &str = r#"
+[[devices]]
+name = "ssd0"
+backend = "file"
+[devices.geometry]
+channels = 8
+dies_per_channel = 2
+planes_per_die = 1
+blocks_per_plane = 64
+pages_per_block = 256
+page_size = 4096
+
+[[vssds]]
+name = "default"
+channels = 4
+"#;
+
+#[test]
+fn xfs_on_a_vssd() {
+    filesystem_cycle_on(XFS_DEVICE, &["mkfs.xfs", "-q", "-f"], &["xfs_repair", "-n"]);
 }

@@ -126,6 +126,24 @@ impl Daemon {
     /// `tls_cert` and `tls_key`). With `auth = "token"` in `api`, the harness
     /// uses the admin token the daemon writes at its first start.
     pub fn start_api(body: &str, api: &str, ca: Option<&Path>, nbd: &str, args: &[&str]) -> Daemon {
+        Self::start_full(body, api, ca, nbd, args, None)
+    }
+
+    /// Like [`Daemon::start`], with the daemon's data directory at `data`
+    /// (e.g. on a file system of the test's own) instead of in its temporary
+    /// directory.
+    pub fn start_on(body: &str, data: &Path) -> Daemon {
+        Self::start_full(body, "", None, "", &[], Some(data))
+    }
+
+    fn start_full(
+        body: &str,
+        api: &str,
+        ca: Option<&Path>,
+        nbd: &str,
+        args: &[&str],
+        data: Option<&Path>,
+    ) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("flexssd-test")
             .tempdir()
@@ -150,7 +168,8 @@ impl Daemon {
             let port = free_port();
             let text = format!(
                 "data_dir = \"{}\"\n{body}\n[api]\nlisten = \"127.0.0.1:{port}\"\n{api}\n\n[nbd]\nsocket = \"{}\"\n{nbd}\n",
-                d.dir.path().join("data").display(),
+                data.map_or_else(|| d.dir.path().join("data"), Path::to_path_buf)
+                    .display(),
                 d.sock.display()
             );
             std::fs::write(&d.config, text).unwrap();
@@ -571,4 +590,58 @@ pub fn sim_fails(sub: &str, args: &[&str]) -> String {
         "flexssd sim {sub} {args:?} should fail"
     );
     String::from_utf8(out.stderr).unwrap()
+}
+
+/// A file system of the test's own, made with `mkfs` on a loop device over a
+/// sparse image and mounted: where a daemon's data directory can live to
+/// check the file backend on host file systems other than the one `/tmp` is
+/// on. Unmounted and detached on drop (after the daemon using it: declare the
+/// `HostFs` first).
+pub struct HostFs {
+    _dir: tempfile::TempDir,
+    pub mnt: PathBuf,
+    loopdev: String,
+}
+
+impl HostFs {
+    /// A `bytes`-byte file system made by `mkfs` (the command and its flags;
+    /// the device is appended), or why it cannot be made here.
+    pub fn new(mkfs: &[&str], bytes: u64) -> Result<HostFs, String> {
+        if !is_root() {
+            return Err("needs root for losetup and mount".into());
+        }
+        if !Path::new("/dev/loop-control").exists() {
+            return Err("no loop devices (/dev/loop-control)".into());
+        }
+        if !have(mkfs[0]) {
+            return Err(format!("{} is not installed", mkfs[0]));
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("flexssd-hostfs")
+            .tempdir()
+            .unwrap();
+        let img = dir.path().join("fs.img");
+        std::fs::File::create(&img).unwrap().set_len(bytes).unwrap();
+        let out = run("losetup", &["--find", "--show", img.to_str().unwrap()]);
+        let loopdev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        let fs = HostFs {
+            _dir: dir,
+            mnt,
+            loopdev,
+        };
+        let mut args: Vec<&str> = mkfs[1..].to_vec();
+        args.push(&fs.loopdev);
+        run(mkfs[0], &args);
+        run("mount", &[&fs.loopdev, fs.mnt.to_str().unwrap()]);
+        Ok(fs)
+    }
+}
+
+impl Drop for HostFs {
+    fn drop(&mut self) {
+        let _ = run_any("umount", &[self.mnt.to_str().unwrap()]);
+        let _ = run_any("losetup", &["-d", &self.loopdev]);
+    }
 }
