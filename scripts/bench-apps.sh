@@ -19,7 +19,7 @@
 #
 # Environment:
 #   FLEXSSD_BIN=PATH   benchmark this flexssd binary (default: build target/release)
-#   FS="ext4 btrfs"    the file systems to run on
+#   FS="ext4 btrfs"    the file systems to run on (also xfs)
 #   DB_NUM=1000000     db_bench keys (100-byte values)
 #   OUT=DIR            also write DIR/bench-apps.csv (one row per measurement)
 #   SERVERS="fx kf km" the servers to run (flexssd, nbdkit file, nbdkit memory)
@@ -128,6 +128,7 @@ attach() {
   case $2 in
     ext4) mkfs.ext4 -q -F "$LOOP" ;;
     btrfs) mkfs.btrfs -q -f "$LOOP" >/dev/null ;;
+    xfs) mkfs.xfs -q -f "$LOOP" ;;
     *) echo "bench-apps: unknown file system $2" >&2; exit 1 ;;
   esac
   mount "$LOOP" "$MNT"

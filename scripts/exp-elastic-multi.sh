@@ -25,6 +25,8 @@
 #   KEEP_RUNS=1 POLICIES="predictive" scripts/exp-elastic-multi.sh   (rerun some, keep the others' rows)
 #   NOTE="..."   a remark printed under the results table (e.g. which policies were rerun when)
 #
+# `predictive-estimated` is ours with pending writes estimated from written bytes
+# (`--written-correction estimated`, the default before btrfs's own count was read).
 # `predictive-paper` is the predictive policy with Algorithm 2 as printed
 # (`--written-correction window --trend history`); `predictive` is ours (the
 # defaults: `pending` written bytes, the trend fitted to the window).
@@ -49,6 +51,7 @@ POLICIES=${POLICIES:-"prealloc reactive-add reactive-addrm predictive-paper pred
 pargs() {
   case $1 in
     predictive-paper) echo "--policy predictive --written-correction window --trend history" ;;
+    predictive-estimated) echo "--policy predictive --written-correction estimated" ;;
     *) echo "--policy $1" ;;
   esac
 }
@@ -177,7 +180,7 @@ import csv, sys
 work, vols, pols = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 print("t_s,series,gib")
 for p in pols:
-    if p not in ("reactive-addrm", "predictive-paper", "predictive"):
+    if p not in ("reactive-addrm", "predictive-paper", "predictive-estimated", "predictive"):
         continue
     series = [list(csv.DictReader(open(f"{work}/series-{p}-{v}.csv"))) for v in range(1, vols + 1)]
     t0 = min(float(s[0]["t_s"]) for s in series)
@@ -209,7 +212,7 @@ NOTE=${NOTE:-} WORK=$WORK OUT=$OUT VOLS=$VOLS ITERS=$ITERS LINES=$LINES COOL_S=$
 import csv, os, statistics as S
 E = os.environ
 runs = list(csv.DictReader(open(f"{E['OUT']}/elastic-multi.csv")))
-POL = [p for p in ["prealloc", "reactive-add", "reactive-addrm", "predictive-paper", "predictive"] if any(x["policy"] == p for x in runs)]
+POL = [p for p in ["prealloc", "reactive-add", "reactive-addrm", "predictive-paper", "predictive-estimated", "predictive"] if any(x["policy"] == p for x in runs)]
 def chosen(p):
     rs = sorted({int(x["reserve_mib"]) for x in runs if x["policy"] == p})
     ok = [r for r in rs if sum(1 for x in runs if x["policy"] == p and int(x["reserve_mib"]) == r and x["app_errors"] == "0") >= int(E["RUNS"])]
@@ -277,6 +280,11 @@ if "predictive-paper" in POL and "predictive" in POL:
               f"{ww:.4f} GiB·h, ours (predictive: pending writes only, the trend over the window; reserve "
               f"{ch['predictive'][0]} MiB) {pw:.4f} GiB·h: "
               + (f"ours {100 * (1 - pw / ww):.0f}% less." if pw <= ww else f"ours {100 * (pw / ww - 1):.0f}% more."))
+if "predictive-estimated" in POL and "predictive" in POL:
+    ew, pw = mean("predictive-estimated", "waste_gbh"), mean("predictive", "waste_gbh")
+    md.append(f"- Pending writes as btrfs reports them (predictive: `bytes_may_use`) against estimated from written "
+              f"bytes (predictive-estimated, reserve {ch['predictive-estimated'][0]} MiB): {pw:.4f} against {ew:.4f} GiB·h, "
+              + (f"{100 * (1 - pw / ew):.0f}% less." if pw <= ew else f"{100 * (pw / ew - 1):.0f}% more."))
 # what the predictor saw, from every volume's series of the runs at the chosen reserve
 def series(p):
     out = []

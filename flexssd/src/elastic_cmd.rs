@@ -53,9 +53,11 @@ pub struct PolicyOpts {
     /// Size of the prealloc policy's single disk.
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub prealloc: Option<u64>,
-    /// How the predictive policy counts recent writes: `pending` (writes less the
-    /// growth of used space, the default) or `window` (the paper's Algorithm 2 as
-    /// printed: every byte written during the history).
+    /// How the predictive policy counts recent writes: `pending` (the default:
+    /// the bytes btrfs has promised to writes not yet allocated, its
+    /// `bytes_may_use`), `estimated` (writes less the growth of used space) or
+    /// `window` (the paper's Algorithm 2 as printed: every byte written during
+    /// the history).
     #[arg(long, value_name = "KIND")]
     pub written_correction: Option<elastic::WrittenCorrection>,
     /// Which probes the predictive policy's write trend is fitted to: `window`
@@ -224,8 +226,10 @@ pub struct RunArgs {
     #[command(flatten)]
     pub opts: PolicyOpts,
     /// Time series of every probe (t_s, used, expected, allocated, disks, written,
-    /// action, action_s, relocated; `written` leaves btrfs's relocation out, and
-    /// `relocated` is that relocation); replayable with `flexssd sim elastic --usage-trace`.
+    /// action, action_s, relocated, pending; `written` leaves btrfs's relocation
+    /// out, `relocated` is that relocation, and `pending` the bytes btrfs has
+    /// promised to writes not yet allocated, empty where it reports none);
+    /// replayable with `flexssd sim elastic --usage-trace`.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
     /// State directory (default: /run/flexssd-elastic/<mount path>).
@@ -431,7 +435,7 @@ fn run_volume(r: &RunArgs, api_url: &str) -> Result<()> {
                 std::fs::File::create(p).with_context(|| format!("create {}", p.display()))?;
             writeln!(
                 f,
-                "t_s,used,expected,allocated,disks,written,action,action_s,relocated"
+                "t_s,used,expected,allocated,disks,written,action,action_s,relocated,pending"
             )?;
             Some(f)
         }
@@ -467,7 +471,7 @@ fn run_volume(r: &RunArgs, api_url: &str) -> Result<()> {
             if let Some(f) = csv.as_mut() {
                 writeln!(
                     f,
-                    "{:.3},{},{},{},{},{},{},{:.3},{}",
+                    "{:.3},{},{},{},{},{},{},{:.3},{},{}",
                     s.t as f64 / 1e9,
                     s.used,
                     s.expected,
@@ -476,7 +480,8 @@ fn run_volume(r: &RunArgs, api_url: &str) -> Result<()> {
                     s.written,
                     s.action,
                     s.action_ns as f64 / 1e9,
-                    s.relocated
+                    s.relocated,
+                    s.pending.map_or(String::new(), |p| p.to_string())
                 )?;
                 f.flush()?;
             }

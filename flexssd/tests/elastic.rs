@@ -235,6 +235,21 @@ fn grows_refuses_an_unsafe_removal_shrinks_and_releases() {
         "loop devices left behind"
     );
 
+    // Every probe recorded what btrfs had promised to writes not yet allocated.
+    let series = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = series.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = header
+        .iter()
+        .position(|c| *c == "pending")
+        .expect("no pending column");
+    let rows: Vec<&str> = lines.collect();
+    assert!(!rows.is_empty());
+    for r in &rows {
+        let v = r.split(',').nth(col).unwrap_or("");
+        assert!(v.parse::<u64>().is_ok(), "pending {v:?} in {r:?}");
+    }
+
     // The recorded series replays through the simulator.
     let out = d.cli(&[
         "sim",

@@ -68,12 +68,21 @@ pub enum WrittenCorrection {
     /// The paper's line 21 as printed: every byte written during the history
     /// (`wb_max - wb_min`), even the part that used space already shows.
     Window,
-    /// Ours: the bytes written during the history less what used space grew over it,
-    /// at least 0. Under flat usage (the case the paper argues from: writes that
-    /// may not be flushed yet) it is the paper's term; under growing usage it does
-    /// not count the same bytes twice, once in `used` and once as pending.
+    /// Ours: the bytes the file system reports as promised to writes but not
+    /// allocated yet ([`crate::FsStats::pending`]; btrfs's `bytes_may_use`),
+    /// and where it reports none, [`WrittenCorrection::Estimated`]. The
+    /// paper's term stands in for exactly these bytes ("new data that was not
+    /// flushed yet"); measured, it counts neither bytes already in `used` nor
+    /// ones written and deleted within the history, which the estimate takes
+    /// for pending.
     #[default]
     Pending,
+    /// The bytes written during the history less what used space grew over it,
+    /// at least 0, whatever the file system reports. Under flat usage (the case
+    /// the paper argues from: writes that may not be flushed yet) it is the
+    /// paper's term; under growing usage it does not count the same bytes
+    /// twice, once in `used` and once as pending.
+    Estimated,
 }
 
 impl std::str::FromStr for WrittenCorrection {
@@ -82,8 +91,9 @@ impl std::str::FromStr for WrittenCorrection {
         match s {
             "window" => Ok(WrittenCorrection::Window),
             "pending" => Ok(WrittenCorrection::Pending),
+            "estimated" => Ok(WrittenCorrection::Estimated),
             _ => Err(Error::Config(format!(
-                "unknown written correction {s:?} (window or pending)"
+                "unknown written correction {s:?} (window, pending or estimated)"
             ))),
         }
     }
@@ -162,8 +172,10 @@ pub struct ElasticConfig {
     #[serde(deserialize_with = "size")]
     pub uncertainty_floor: u64,
     /// How the predictor counts recent writes not yet visible in used space:
-    /// `window` (the paper's Algorithm 2 as printed) or `pending` (ours, the
-    /// default: writes less the growth of used space over the same history).
+    /// `window` (the paper's Algorithm 2 as printed), `pending` (ours, the
+    /// default: what the file system reports, else as `estimated`) or
+    /// `estimated` (writes less the growth of used space over the same
+    /// history).
     pub written_correction: WrittenCorrection,
     /// Which probes the predictor's write trend is fitted to: `history` (the
     /// paper's Algorithm 2 as printed) or `window` (ours, the default).

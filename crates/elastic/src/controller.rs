@@ -39,6 +39,10 @@ pub struct Sample {
     /// `written`).
     #[serde(default)]
     pub relocated: u64,
+    /// Bytes promised to writes not yet allocated, where the file system reports
+    /// them ([`FsStats::pending`]).
+    #[serde(default)]
+    pub pending: Option<u64>,
     /// What was done: "", "add", "remove", "add-failed", "remove-failed",
     /// "remove-skipped".
     pub action: String,
@@ -106,14 +110,19 @@ impl<V: Volume> Controller<V> {
     }
 
     /// Whether removing the newest disk keeps at least one disk and room for the used
-    /// bytes plus the reserve.
+    /// bytes, the bytes promised to writes not yet allocated (where the file system
+    /// reports them: they take space at write-back), and the reserve.
     pub fn removal_is_safe(&self, stats: &FsStats) -> bool {
         let disks = self.volume.disks();
         if disks.len() <= 1 {
             return false;
         }
         let rest: u64 = disks[..disks.len() - 1].iter().map(|d| d.bytes).sum();
-        stats.used.saturating_add(self.reserve) <= rest
+        stats
+            .used
+            .saturating_add(stats.pending.unwrap_or(0))
+            .saturating_add(self.reserve)
+            <= rest
     }
 
     /// One probe at `now`; returns the sample and the delay until the next probe.
@@ -173,6 +182,7 @@ impl<V: Volume> Controller<V> {
             disks: self.volume.disks().len(),
             written: stats.written,
             relocated: stats.relocated,
+            pending: stats.pending,
             action,
             action_ns,
             error,

@@ -14,10 +14,12 @@
 //! written-bytes correction (everything written during the history may be new data
 //! not yet visible in `used`).
 //!
-//! The written-bytes correction comes in two forms ([`WrittenCorrection`]). The
-//! paper's (`window`) adds every byte written during the history. Ours (`pending`,
-//! the default) subtracts what used space grew over the same history: bytes that
-//! already show in `used` are not pending any more. The paper argues for the term
+//! The written-bytes correction comes in three forms ([`WrittenCorrection`]). The
+//! paper's (`window`) adds every byte written during the history. `estimated`
+//! subtracts what used space grew over the same history: bytes that already show
+//! in `used` are not pending any more. Ours (`pending`, the default) takes the
+//! pending bytes from the file system where it reports them (btrfs's
+//! `bytes_may_use`, [`FsStats::pending`]) and estimates them elsewhere. The paper argues for the term
 //! from flat usage ("all written data ... might represent new data that was not
 //! flushed yet"), where both forms agree; while usage grows, the printed form counts
 //! the same bytes twice, and on the 1/4-scale microbenchmark it predicted about
@@ -113,9 +115,10 @@ impl Predictor {
         let wb_min = self.history.iter().map(|e| e.1.written).min().unwrap_or(0);
         let wb_max = self.history.iter().map(|e| e.1.written).max().unwrap_or(0);
         let written = wb_max - wb_min;
-        let pending = match self.correction {
-            WrittenCorrection::Window => written,
-            WrittenCorrection::Pending => {
+        let pending = match (self.correction, stats.pending) {
+            (WrittenCorrection::Window, _) => written,
+            (WrittenCorrection::Pending, Some(reported)) => reported,
+            (WrittenCorrection::Pending, None) | (WrittenCorrection::Estimated, _) => {
                 // usage never falls within a history (a fall clears it), so the
                 // oldest entry holds the least used space
                 let oldest = self.history.front().map_or(stats.used, |e| e.1.used);
@@ -163,6 +166,7 @@ mod tests {
             written,
             read: 0,
             relocated: 0,
+            pending: None,
         }
     }
 
@@ -198,8 +202,8 @@ mod tests {
     }
 
     #[test]
-    fn pending_counts_only_writes_that_used_space_does_not_show_yet() {
-        let mut p = Predictor::with(WrittenCorrection::Pending, Trend::Window);
+    fn the_estimate_counts_only_writes_that_used_space_does_not_show_yet() {
+        let mut p = Predictor::with(WrittenCorrection::Estimated, Trend::Window);
         // as above: 10 MiB/s written, used follows one second behind
         let mut last = 0;
         for i in 0..=20u64 {
@@ -210,7 +214,7 @@ mod tests {
         // the rate term is the same as the paper's
         assert_eq!(last, 190 * M + 120 * M);
         // usage stalls while 30 MiB more are written: all of it is pending
-        let mut p = Predictor::with(WrittenCorrection::Pending, Trend::Window);
+        let mut p = Predictor::with(WrittenCorrection::Estimated, Trend::Window);
         for i in 0..4u64 {
             last = p.predict(i * SEC, st(50 * M, i * 10 * M), 10 * SEC, 0);
         }
@@ -221,6 +225,33 @@ mod tests {
             last = q.predict(i * SEC, st(50 * M, i * 10 * M), 10 * SEC, 0);
         }
         assert_eq!(last, 50 * M + 30 * M);
+    }
+
+    #[test]
+    fn pending_bytes_the_file_system_reports_replace_the_estimate() {
+        // a job writes and deletes 10 MiB a second: the device counters see the
+        // writes, used space stays flat, and the file system has 4 MiB promised
+        // to writes it has not allocated
+        let at = |i: u64| FsStats {
+            pending: Some(4 * M),
+            ..st(50 * M, i * 10 * M)
+        };
+        let mut ours = Predictor::new();
+        let mut estimate = Predictor::with(WrittenCorrection::Estimated, Trend::Window);
+        let (mut a, mut b) = (0, 0);
+        for i in 0..4u64 {
+            a = ours.predict(i * SEC, at(i), 10 * SEC, 0);
+            b = estimate.predict(i * SEC, at(i), 10 * SEC, 0);
+        }
+        assert_eq!(a, 50 * M + 4 * M);
+        // the estimate takes every byte written in the history for pending
+        assert_eq!(b, 50 * M + 30 * M);
+        // nothing reported (another file system): ours estimates
+        let mut p = Predictor::new();
+        for i in 0..4u64 {
+            a = p.predict(i * SEC, st(50 * M, i * 10 * M), 10 * SEC, 0);
+        }
+        assert_eq!(a, 50 * M + 30 * M);
     }
 
     #[test]
@@ -235,8 +266,11 @@ mod tests {
             }
             out
         };
-        let ours = run(Predictor::with(WrittenCorrection::Pending, Trend::Window));
-        let printed = run(Predictor::with(WrittenCorrection::Pending, Trend::History));
+        let ours = run(Predictor::with(WrittenCorrection::Estimated, Trend::Window));
+        let printed = run(Predictor::with(
+            WrittenCorrection::Estimated,
+            Trend::History,
+        ));
         let used = 1000 * M;
         // 3 s (one window) after the last write, ours predicts usage ...
         assert_eq!(ours[14], used);
@@ -251,7 +285,7 @@ mod tests {
     fn pending_is_never_negative_when_usage_outgrows_the_writes() {
         // used can grow by more than the device writes seen (e.g. the counters lag);
         // the correction floors at 0 rather than lowering the prediction below used
-        let mut p = Predictor::with(WrittenCorrection::Pending, Trend::Window);
+        let mut p = Predictor::with(WrittenCorrection::Estimated, Trend::Window);
         p.predict(0, st(10 * M, 0), 10 * SEC, 0);
         let pred = p.predict(SEC, st(60 * M, 5 * M), 10 * SEC, 0);
         assert_eq!(pred, 60 * M);

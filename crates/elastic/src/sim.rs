@@ -52,10 +52,14 @@ pub struct TracePoint {
     pub used: u64,
     /// Cumulative written bytes, if the trace has them.
     pub written: Option<u64>,
+    /// Bytes promised to writes not yet allocated ([`FsStats::pending`]), if the
+    /// trace has them.
+    pub pending: Option<u64>,
 }
 
 /// Reads a usage trace: CSV with a header naming a time column (`t_s`, seconds) and a
-/// `used` column (bytes), optionally `written` (cumulative bytes). Other columns are
+/// `used` column (bytes), optionally `written` (cumulative bytes) and `pending`
+/// (bytes, or empty where the file system did not report them). Other columns are
 /// ignored, so a `flexssd elastic run --csv` file replays as is. Lines starting with
 /// `#` are comments.
 pub fn read_trace(path: &Path) -> Result<Vec<TracePoint>> {
@@ -94,6 +98,7 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TracePoint>> {
         ));
     };
     let wi = find("written");
+    let pi = find("pending");
     let mut out: Vec<TracePoint> = Vec::new();
     for (i, l) in lines {
         let f: Vec<&str> = l.split(',').map(str::trim).collect();
@@ -115,7 +120,16 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TracePoint>> {
             Some(c) => Some(get(c, "written")? as u64),
             None => None,
         };
-        out.push(TracePoint { t, used, written });
+        let pending = match pi {
+            Some(c) if f.get(c).is_some_and(|s| !s.is_empty()) => Some(get(c, "pending")? as u64),
+            _ => None,
+        };
+        out.push(TracePoint {
+            t,
+            used,
+            written,
+            pending,
+        });
     }
     if out.is_empty() {
         return Err(err(hl + 1, "trace has a header but no points".into()));
@@ -129,6 +143,8 @@ pub struct TraceVolume {
     points: Vec<(Nanos, u64)>,
     /// Cumulative written at each point.
     written: Vec<u64>,
+    /// Pending bytes at each point, where the trace reports them.
+    pending: Vec<Option<u64>>,
     timing: SimTiming,
     disks: Vec<DiskInfo>,
     /// (t, allocated bytes) whenever the usable allocation changes.
@@ -155,6 +171,7 @@ impl TraceVolume {
                 t,
                 used,
                 written: None,
+                pending: None,
             })
             .collect();
         Self::from_trace(&tp, timing)
@@ -173,6 +190,7 @@ impl TraceVolume {
         TraceVolume {
             points: tp.iter().map(|p| (p.t, p.used)).collect(),
             written,
+            pending: tp.iter().map(|p| p.pending).collect(),
             timing,
             disks: vec![],
             timeline: vec![],
@@ -231,6 +249,8 @@ impl Volume for TraceVolume {
             written: self.value(now, |i| self.written[i]),
             read: 0,
             relocated: 0,
+            // the newest point's report, as a probe then would have read it
+            pending: self.pending[self.points.partition_point(|p| p.0 <= now).max(1) - 1],
         })
     }
 
@@ -406,6 +426,7 @@ mod tests {
                 t: v.len() as u64 * SEC,
                 used,
                 written: Some(written),
+                pending: None,
             });
         }
         v
@@ -444,6 +465,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("backwards"), "{e}");
+        // pending: a number, or empty where the file system reported none
+        let t = parse_trace("t_s,used,pending\n0,10,\n1,20,7\n", "p.csv").unwrap();
+        assert_eq!((t[0].pending, t[1].pending), (None, Some(7)));
+        let e = parse_trace("t_s,used,pending\n0,10,x\n", "p.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("p.csv:2:") && e.contains("pending"), "{e}");
+        // a replay reads the newest point's report
+        let mut v = TraceVolume::from_trace(&t, SimTiming::default());
+        assert_eq!(v.stats(500_000_000).unwrap().pending, None);
+        assert_eq!(v.stats(SEC).unwrap().pending, Some(7));
+        assert_eq!(v.stats(9 * SEC).unwrap().pending, Some(7));
     }
 
     #[test]

@@ -28,6 +28,15 @@ pub struct FsStats {
     /// shows both.
     #[serde(default)]
     pub relocated: u64,
+    /// Bytes the file system has promised to writes it has not allocated yet
+    /// (delayed allocation: data in the page cache), where it reports them;
+    /// btrfs does, as its data space's `bytes_may_use`. Neither `used` nor the
+    /// device counters show these bytes until write-back, and a write that
+    /// cannot get its promise fails with ENOSPC at once, so they are what
+    /// Algorithm 2's written-bytes term estimates (see
+    /// [`crate::WrittenCorrection::Pending`]).
+    #[serde(default)]
+    pub pending: Option<u64>,
 }
 
 /// Keeps a volume's own data movement out of the counters Algorithm 2 reads.
@@ -90,6 +99,7 @@ impl RelocationAccount {
             written: raw.written.saturating_sub(self.written),
             read: raw.read.saturating_sub(self.read),
             relocated: self.written,
+            pending: raw.pending,
         }
     }
 }
@@ -224,6 +234,7 @@ mod tests {
             written,
             read,
             relocated: 0,
+            pending: None,
         }
     }
 

@@ -49,6 +49,7 @@ impl RelocatingVolume {
             written: written + self.moved,
             read: self.moved,
             relocated: 0,
+            pending: None,
         }
     }
 }

@@ -141,6 +141,7 @@ mod tests {
             written,
             read,
             relocated: 0,
+            pending: None,
         }
     }
 
