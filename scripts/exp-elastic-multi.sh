@@ -323,8 +323,11 @@ def series(p):
 sv = {p: series(p) for p in POL}
 if all(sv.get(p) for p in ("predictive", "reactive-addrm")):
     md += ["", "## What stands in the way (per volume, mean over the runs at the chosen reserve)", "",
-           "| policy | written MiB | peak used MiB | max expected − used MiB | mean allocated − used MiB | relocated MiB | removes refused by btrfs |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
+           "| policy | written MiB | peak used MiB | max expected − used MiB | mean allocated − used MiB | pending (btrfs) mean / max MiB | relocated MiB | removes refused by btrfs |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    def pend(r):
+        v = [int(x["pending"]) for x in r if x.get("pending")]
+        return (S.mean(v), max(v)) if v else None
     for p in POL:
         if not sv.get(p):
             continue
@@ -333,15 +336,25 @@ if all(sv.get(p) for p in ("predictive", "reactive-addrm")):
                   f"{m(lambda r: max(int(x['used']) for x in r)) / 2**20:.0f} | "
                   f"{m(lambda r: max(int(x['expected']) - int(x['used']) for x in r)) / 2**20:.0f} | "
                   f"{m(lambda r: S.mean(int(x['allocated']) - int(x['used']) for x in r)) / 2**20:.0f} | "
-                  f"{m(lambda r: int(r[-1].get('relocated') or 0)) / 2**20:.0f} | "
+                  + ("– | " if any(pend(r) is None for r in sv[p]) else
+                     f"{m(lambda r: pend(r)[0]) / 2**20:.0f} / {m(lambda r: pend(r)[1]) / 2**20:.0f} | ")
+                  + f"{m(lambda r: int(r[-1].get('relocated') or 0)) / 2**20:.0f} | "
                   f"{m(lambda r: sum(x['action'] == 'remove-failed' for x in r)):.1f} |")
     wr = S.mean((int(r[-1]['written']) - int(r[0]['written'])) / max(max(int(x['used']) for x in r), 1) for r in sv["predictive"])
     md += ["", f"Each job writes {wr:.1f} times its peak usage (split parts, sort temp files and intermediates are "
            "written, then deleted). Algorithm 2 as printed adds every byte written during its history window to the "
            "usage (`wb_max − wb_min`), so on this workload it counts data that used space already shows or that is "
-           "already deleted (predictive-paper's row), and fits its write trend to the whole history. Ours subtracts "
-           "the growth of used space over the same history and fits the trend to the window (predictive's row); it "
-           "still counts bytes written and deleted within one history, which never show as growth. "
+           "already deleted (predictive-paper's row), and fits its write trend to the whole history. Ours takes the "
+           "pending bytes from btrfs (predictive's row: what btrfs has promised to writes not yet allocated, "
+           "`bytes_may_use`; the pending column, recorded for every policy) or estimates them as the written bytes "
+           "less the growth of used space (predictive-estimated's row), and fits the trend to the window. "
+           + (lambda pp: "" if pp is None else
+              f"btrfs's pending bytes average {pp[0] / 2**20:.0f} MiB a volume (at most {pp[1] / 2**20:.0f} MiB) "
+              f"against up to {S.mean(max(int(x['expected']) - int(x['used']) for x in r) for r in sv['predictive']) / 2**20:.0f} MiB "
+              "expected above usage: the rest is the trend term, the write rate times (2·next + AD), and the jobs "
+              "write faster than they grow, so the look-ahead allocates for data deleted before it needs the space. ")(
+               None if not sv.get("predictive") or any(pend(r) is None for r in sv["predictive"])
+               else (S.mean(pend(r)[0] for r in sv["predictive"]), S.mean(pend(r)[1] for r in sv["predictive"]))) +
            "Relocation is no longer part of it (the `relocated` column is kept out of `written`). `btrfs device "
            "remove` also refuses some removals with ENOSPC although used + reserve fits the remaining disks' size "
            "(chunk granularity), which keeps disks attached."]
