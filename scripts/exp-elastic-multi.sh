@@ -111,18 +111,16 @@ job() {
 # series: the page's per-volume table then shows the rerun policies only)
 [ -n "${PAGE_ONLY:-}" ] || keep_rows "$OUT/elastic-multi.csv" \
   "policy,reserve_mib,run,completion_s,app_errors,waste_gbh,adds,removes,peak_alloc_mib" $POLICIES
-# A run during which the kernel's btrfs aborted a transaction is not the
-# policy's failure (see exp-elastic.sh: on Linux 6.18 a chunk allocation racing
-# with `btrfs device add` fails with ENOENT and forces the file system
-# read-only): it is recorded in elastic-multi-aborts.csv and run again (at most
-# 3 times).
+# A run during which the kernel's btrfs aborted a transaction (a kernel fault,
+# see btrfs_aborted in lib.sh) is not the policy's failure: it is recorded in
+# elastic-multi-aborts.csv and run again (at most 3 times).
 ABORTS="$OUT/elastic-multi-aborts.csv"
 [ -n "${PAGE_ONLY:-}" ] || keep_rows "$ABORTS" "policy,reserve_mib,run,kernel_message" $POLICIES
 # one_run POLICY RESERVE_MIB RUN: VOLS volumes and jobs at once; appends a row;
 # returns 1 if any job step failed, 2 if btrfs aborted a transaction (no row).
 one_run() {
-  local p=$1 r=$2 k=$3 v t0 t1 errs tag="$1-$2-$3" dm0 abort
-  dm0=$(dmesg 2>/dev/null | wc -l)
+  local p=$1 r=$2 k=$3 v t0 t1 errs tag="$1-$2-$3" dm0
+  dm0=$(dmesg_mark)
   note "$p: reserve $r MiB, run $k of $RUNS"
   PIDS=()
   for v in $(seq 1 "$VOLS"); do
@@ -147,12 +145,7 @@ one_run() {
   for pid in "${PIDS[@]}"; do kill -TERM "$pid"; done
   for pid in "${PIDS[@]}"; do wait "$pid" || { echo "controller failed" >&2; cat "$WORK"/ctl-"$tag"-*.log >&2; exit 1; }; done
   PIDS=()
-  abort=$(dmesg 2>/dev/null | tail -n +$((dm0 + 1)) | grep -m1 -o 'BTRFS: error .*' || true)
-  if [ -n "$abort" ]; then
-    echo "$p,$r,$k,\"${abort//\"/}\"" >> "$ABORTS"
-    echo "$p reserve $r run $k: btrfs aborted a transaction ($abort); run again" >&2
-    return 2
-  fi
+  btrfs_aborted "$ABORTS" "$dm0" "$p" "$r" "$k" && return 2
   python3 - "$p" "$r" "$k" "$(echo "$t1 - $t0" | bc)" "$errs" "$WORK" "$VOLS" >> "$OUT/elastic-multi.csv" <<'PY'
 import csv, json, sys
 p, r, k, secs, errs, work, vols = sys.argv[1:]
@@ -178,11 +171,7 @@ for p in $POLICIES; do
   while :; do
     ok=1
     for k in $(seq 1 "$RUNS"); do
-      tries=0 rc=2
-      while [ $rc = 2 ] && [ $tries -lt 4 ]; do
-        rc=0; one_run "$p" "$r" "$k" || rc=$?; tries=$((tries + 1))
-      done
-      if [ $rc != 0 ]; then ok=0; break; fi
+      if ! until_not_aborted one_run "$p" "$r" "$k"; then ok=0; break; fi
     done
     if [ $ok = 1 ] || [ "$p" = prealloc ] || [ "$r" -ge "$MAX_RESERVE_MIB" ]; then break; fi
     r=$((r + STEP_MIB))

@@ -108,19 +108,17 @@ bench() {
 HEADER="policy,reserve_mib,run,completion_s,app_errors,waste_gbh,adds,removes,peak_alloc_mib"
 # with KEEP_RUNS, rerun only $POLICIES: the other policies' rows and series stay
 [ -n "${PAGE_ONLY:-}" ] || keep_rows "$OUT/elastic-runs.csv" "$HEADER" $POLICIES
-# A run during which the kernel's btrfs aborted a transaction is not the
-# policy's failure: on Linux 6.18 a chunk allocation racing with `btrfs device
-# add` can fail with ENOENT ("Transaction aborted (error -2)" in
-# do_chunk_alloc, then "forced readonly"), whatever the reserve. Such a run is
-# recorded in elastic-aborts.csv and run again (at most 3 times).
+# A run during which the kernel's btrfs aborted a transaction (a kernel fault,
+# see btrfs_aborted in lib.sh) is not the policy's failure: it is recorded in
+# elastic-aborts.csv and run again (at most 3 times).
 ABORTS="$OUT/elastic-aborts.csv"
 [ -n "${PAGE_ONLY:-}" ] || keep_rows "$ABORTS" "policy,reserve_mib,run,kernel_message" $POLICIES
 # one_run policy reserve_mib run: 0 failure-free, 1 failed (app errors), 2 the
 # kernel aborted a btrfs transaction (no row written: run it again)
 one_run() {
-  local p=$1 r=$2 k=$3 res csvf="$WORK/series-$1-$2-$3.csv" st="$WORK/state-$1" dm0 abort
+  local p=$1 r=$2 k=$3 res csvf="$WORK/series-$1-$2-$3.csv" st="$WORK/state-$1" dm0
   rm -rf "$st"; : > "$WORK/bench.err"
-  dm0=$(dmesg 2>/dev/null | wc -l)
+  dm0=$(dmesg_mark)
   note "$p: reserve $r MiB, run $k of $RUNS ($RUN_S s)"
   "$BIN" elastic run --api "$API" --mount "$MNT" --state "$st" --csv "$csvf" $(pargs "$p") \
     --reserve "${r}M" "${SCALE[@]}" --name "el-$p" --duration-s "$RUN_S" 2> "$WORK/ctl-$p-$r-$k.log" &
@@ -132,12 +130,7 @@ one_run() {
   [ "${res#* }" = 0 ] || kill -TERM "$CTL_PID"
   wait "$CTL_PID" || { echo "controller failed:" >&2; cat "$WORK/ctl-$p-$r-$k.log" >&2; exit 1; }
   CTL_PID=
-  abort=$(dmesg 2>/dev/null | tail -n +$((dm0 + 1)) | grep -m1 -o 'BTRFS: error .*' || true)
-  if [ -n "$abort" ]; then
-    echo "$p,$r,$k,\"${abort//\"/}\"" >> "$ABORTS"
-    echo "$p reserve $r run $k: btrfs aborted a transaction ($abort); run again" >&2
-    return 2
-  fi
+  btrfs_aborted "$ABORTS" "$dm0" "$p" "$r" "$k" && return 2
   python3 - "$p" "$r" "$k" "$res" "$st/status.json" "$csvf" >> "$OUT/elastic-runs.csv" <<'PY'
 import csv, json, sys
 p, r, k, res, stf, csvf = sys.argv[1:]
@@ -161,11 +154,7 @@ for p in $POLICIES; do
   while :; do
     ok=1
     for k in $(seq 1 "$RUNS"); do
-      tries=0 rc=2
-      while [ $rc = 2 ] && [ $tries -lt 4 ]; do
-        rc=0; one_run "$p" "$r" "$k" || rc=$?; tries=$((tries + 1))
-      done
-      if [ $rc != 0 ]; then ok=0; break; fi
+      if ! until_not_aborted one_run "$p" "$r" "$k"; then ok=0; break; fi
     done
     if [ $ok = 1 ] || [ "$p" = prealloc ] || [ $r -ge "$MAX_RESERVE_MIB" ]; then break; fi
     r=$((r + 128))

@@ -172,3 +172,32 @@ keep_rows() {
     echo "$header" > "$csv"
   fi
 }
+
+# The experiments on btrfs (exp-elastic.sh, exp-elastic-multi.sh) must not
+# count a kernel fault as a policy's failure: on Linux 6.18 a chunk allocation
+# racing with `btrfs device add` can fail with ENOENT ("Transaction aborted
+# (error -2)" in do_chunk_alloc, then "forced readonly"), whatever the reserve.
+#   dmesg_mark                   the kernel's clock now (seconds since boot, as
+#                                its log stamps lines: a full log ring drops old
+#                                lines, so counting lines would miss new ones)
+#   btrfs_aborted CSV MARK P R K whether btrfs logged an error since MARK; if so
+#                                appends "P,R,K,message" to CSV and says so
+#   until_not_aborted CMD...     runs CMD again while it returns 2 (at most 4
+#                                tries); returns its last status
+dmesg_mark() { cut -d' ' -f1 /proc/uptime; }
+btrfs_aborted() {
+  local msg
+  msg=$(dmesg 2>/dev/null | awk -v m="$2" '/BTRFS: error/ {
+    t = $0; sub(/^\[ */, "", t); sub(/\].*/, "", t)
+    if (t + 0 >= m + 0) { sub(/.*BTRFS: error/, "BTRFS: error"); print; exit } }')
+  [ -n "$msg" ] || return 1
+  echo "$3,$4,$5,\"${msg//\"/}\"" >> "$1"
+  echo "$3 reserve $4 run $5: btrfs aborted a transaction ($msg); run again" >&2
+}
+until_not_aborted() {
+  local rc=2 n=0
+  while [ $rc = 2 ] && [ $n -lt 4 ]; do
+    rc=0; "$@" || rc=$?; n=$((n + 1))
+  done
+  return $rc
+}

@@ -19,9 +19,10 @@
 //! subtracts what used space grew over the same history: bytes that already show
 //! in `used` are not pending any more. Ours (`pending`, the default) takes the
 //! pending bytes from the file system where it reports them (btrfs's
-//! `bytes_may_use`, [`FsStats::pending`]) and estimates them elsewhere. The paper argues for the term
-//! from flat usage ("all written data ... might represent new data that was not
-//! flushed yet"), where both forms agree; while usage grows, the printed form counts
+//! `bytes_may_use`, [`FsStats::pending`]) and estimates them elsewhere. The
+//! paper argues for its term from flat usage ("all written data ... might
+//! represent new data that was not flushed yet"), where it and the estimate
+//! agree; while usage grows, the printed form counts
 //! the same bytes twice, and on the 1/4-scale microbenchmark it predicted about
 //! twice the data the volume ever held (`docs/results/elastic.md`).
 //!

@@ -62,9 +62,9 @@ pub struct BtrfsVolume {
     mounted: bool,
     /// btrfs commit interval, seconds (how stale statvfs may be).
     commit_s: u32,
-    /// The file system's directory in sysfs (`/sys/fs/btrfs/<uuid>`), once
-    /// created: where its data space's `bytes_may_use` is read.
-    sysfs: Option<PathBuf>,
+    /// The file system's data-space `bytes_may_use` in sysfs
+    /// (`/sys/fs/btrfs/<uuid>/allocation/data/bytes_may_use`), once created.
+    may_use: Option<PathBuf>,
     /// Time each add and remove took, for the log.
     pub log: Vec<String>,
     /// Times the tools and bounds the waits for nbdfuse (the caller's clock:
@@ -177,7 +177,7 @@ impl BtrfsVolume {
             relocation: RelocationAccount::new(),
             mounted: false,
             commit_s,
-            sysfs: None,
+            may_use: None,
             log: vec![],
             clock,
         })
@@ -346,13 +346,17 @@ impl BtrfsVolume {
         self.disks.push(d);
         // Where btrfs reports the bytes promised to writes not yet allocated;
         // without it (no sysfs, an old kernel) the predictor estimates them.
-        self.sysfs = self
+        self.may_use = self
             .show()
             .ok()
             .and_then(|s| parse_uuid(&s))
-            .map(|u| PathBuf::from("/sys/fs/btrfs").join(u))
-            .filter(|p| p.join("allocation/data/bytes_may_use").exists());
-        if self.sysfs.is_none() {
+            .map(|u| {
+                Path::new("/sys/fs/btrfs")
+                    .join(u)
+                    .join("allocation/data/bytes_may_use")
+            })
+            .filter(|p| p.exists());
+        if self.may_use.is_none() {
             eprintln!(
                 "elastic: btrfs does not report bytes_may_use here; pending writes are estimated"
             );
@@ -365,8 +369,11 @@ impl BtrfsVolume {
     /// cache), which neither statvfs nor the device counters show until
     /// write-back; `None` where it cannot be read.
     fn pending(&self) -> Option<u64> {
-        let p = self.sysfs.as_ref()?.join("allocation/data/bytes_may_use");
-        std::fs::read_to_string(p).ok()?.trim().parse().ok()
+        std::fs::read_to_string(self.may_use.as_ref()?)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     fn add(&mut self, bytes: u64) -> Result<u64> {
