@@ -611,7 +611,9 @@ impl BtrfsVolume {
     /// Unmounts and releases every disk (clean shutdown).
     pub fn teardown(&mut self) -> Result<()> {
         if self.mounted {
-            let _ = sh("sync", &[]);
+            // This file system only (syncfs): a global sync would write back
+            // every other volume's and the host's dirty pages too.
+            let _ = sh("sync", &["-f", &self.mount.to_string_lossy()]);
             self.unmount()?;
             self.mounted = false;
         }
@@ -726,6 +728,16 @@ mod tests {
         assert_eq!(parse_uuid("Label: none  uuid: fedc2ced\n"), None);
     }
 
+    /// Writes back `v`'s file system only (syncfs): the tests here run side by
+    /// side, and a global `sync` in one would write back another's buffered
+    /// data (which `buffered_writes_are_pending_until_write_back` counts on
+    /// staying pending) at a moment of its own: CI once saw the relocation
+    /// test's 200 MiB of data in 580 MiB of chunks, too many to remove a disk,
+    /// when it ran beside the pending test's global syncs.
+    fn sync_fs(v: &BtrfsVolume) {
+        sh("sync", &["-f", &v.mount_point().to_string_lossy()]).unwrap();
+    }
+
     /// A btrfs volume under `dir` on sparse-file disks of these sizes.
     fn sparse_volume(dir: &std::path::Path, prefix: &str, disks: &[u64]) -> BtrfsVolume {
         let clock: Arc<dyn Clock> = Arc::new(clock::MonotonicClock::new());
@@ -761,7 +773,7 @@ mod tests {
             .map(|i| (i * 13 % 251) as u8)
             .collect();
         std::fs::write(v.mount_point().join("f"), &data).unwrap();
-        sh("sync", &[]).unwrap();
+        sync_fs(&v);
         let pool = v.allocations().unwrap();
         let order = elastic::removal_order(&pool, 0);
         assert!(!order.is_empty(), "no disk fits: {pool:?}");
@@ -792,7 +804,7 @@ mod tests {
         const M: u64 = 1 << 20;
         let dir = tempfile::tempdir().unwrap();
         let mut v = sparse_volume(dir.path(), "pend", &[512 * M]);
-        sh("sync", &[]).unwrap();
+        sync_fs(&v);
         let before = v.stats(0).unwrap();
         assert_eq!(before.pending, Some(0), "{before:?}");
         let data: Vec<u8> = (0..(64 * M) as usize).map(|i| (i % 251) as u8).collect();
@@ -805,7 +817,7 @@ mod tests {
             buffered.used - before.used + pending >= 64 * M,
             "64 MiB neither used nor pending: {buffered:?}"
         );
-        sh("sync", &[]).unwrap();
+        sync_fs(&v);
         let synced = v.stats(0).unwrap();
         assert_eq!(synced.pending, Some(0), "{synced:?}");
         assert!(synced.used - before.used >= 64 * M, "{synced:?}");
@@ -835,7 +847,7 @@ mod tests {
             .map(|i| (i * 7 % 251) as u8)
             .collect();
         std::fs::write(v.mount_point().join("f"), &data).unwrap();
-        sh("sync", &[]).unwrap();
+        sync_fs(&v);
         // Which of the two equal disks goes is the volume's choice (the one
         // holding less: elastic::removal_order), so what it held is read after.
         let pool = v.allocations().unwrap();
