@@ -52,6 +52,7 @@ pargs() {
   case $1 in
     predictive-paper) echo "--policy predictive --written-correction window --trend history" ;;
     predictive-estimated) echo "--policy predictive --written-correction estimated" ;;
+    predictive-horizon) echo "--policy predictive --short-term horizon" ;;
     *) echo "--policy $1" ;;
   esac
 }

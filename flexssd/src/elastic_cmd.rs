@@ -64,6 +64,11 @@ pub struct PolicyOpts {
     /// (the default) or `history` (the paper's Algorithm 2 as printed).
     #[arg(long, value_name = "KIND")]
     pub trend: Option<elastic::Trend>,
+    /// Over what span the predictive policy's short-term rate is measured:
+    /// `probe` (the default, the paper's: the last two probes) or `horizon`
+    /// (as far back as the prediction looks ahead).
+    #[arg(long, value_name = "SPAN")]
+    pub short_term: Option<elastic::ShortTerm>,
     /// Multiply TMIN, TMAX, AD, RD and the reactive interval by this (a scaled-down
     /// run scales time too).
     #[arg(long, value_name = "F")]
@@ -101,6 +106,9 @@ impl PolicyOpts {
         }
         if let Some(t) = self.trend {
             c.trend = t;
+        }
+        if let Some(s) = self.short_term {
+            c.short_term = s;
         }
         if let Some(f) = self.time_scale {
             c.tmin_s *= f;

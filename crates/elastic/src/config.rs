@@ -127,6 +127,35 @@ impl std::str::FromStr for Trend {
     }
 }
 
+/// Over what span Algorithm 2's short-term rate (line 15) is measured before
+/// it is extrapolated `future` ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShortTerm {
+    /// The paper's line 15: between the last two probes. At TMIN the span is
+    /// a fraction of `future` (1 s against 12 s at the paper's constants), so
+    /// a one-probe burst is extrapolated twelvefold.
+    #[default]
+    Probe,
+    /// Ours: over the last `future` of the history (all of it where it is
+    /// shorter): look back as far as the prediction looks ahead. A sustained
+    /// rate reads the same; a burst counts once, not scaled up.
+    Horizon,
+}
+
+impl std::str::FromStr for ShortTerm {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "probe" => Ok(ShortTerm::Probe),
+            "horizon" => Ok(ShortTerm::Horizon),
+            _ => Err(Error::Config(format!(
+                "unknown short-term span {s:?} (probe or horizon)"
+            ))),
+        }
+    }
+}
+
 impl std::fmt::Display for PolicyKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -180,6 +209,10 @@ pub struct ElasticConfig {
     /// Which probes the predictor's write trend is fitted to: `history` (the
     /// paper's Algorithm 2 as printed) or `window` (ours, the default).
     pub trend: Trend,
+    /// Over what span the predictor's short-term rate is measured: `probe`
+    /// (the paper's: the last two probes) or `horizon` (ours: as far back as
+    /// the prediction looks ahead).
+    pub short_term: ShortTerm,
     /// Most disks the pool may hold (a guard against runaway growth), 0 = unlimited.
     pub max_disks: u32,
 }
@@ -201,6 +234,7 @@ impl Default for ElasticConfig {
             uncertainty_floor: 4 << 20,
             written_correction: WrittenCorrection::Pending,
             trend: Trend::Window,
+            short_term: ShortTerm::Probe,
             max_disks: 64,
         }
     }
@@ -386,5 +420,13 @@ mod tests {
         assert!(e.contains("tmax_s"), "{e}");
         let c = ElasticConfig::from_document("[elastic]\nreserve = '1G'").unwrap();
         assert_eq!(c.reserve, 1 << 30);
+        let e = ElasticConfig::from_toml("short_term = 'last'")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("short_term") || e.contains("unknown variant"), "{e}");
+        let e = "last".parse::<ShortTerm>().unwrap_err().to_string();
+        assert!(e.contains("probe or horizon"), "{e}");
+        let c = ElasticConfig::from_toml("short_term = 'horizon'").unwrap();
+        assert_eq!(c.short_term, ShortTerm::Horizon);
     }
 }
