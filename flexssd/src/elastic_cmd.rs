@@ -65,8 +65,8 @@ pub struct PolicyOpts {
     #[arg(long, value_name = "KIND")]
     pub trend: Option<elastic::Trend>,
     /// Over what span the predictive policy's short-term rate is measured:
-    /// `probe` (the default, the paper's: the last two probes) or `horizon`
-    /// (as far back as the prediction looks ahead).
+    /// `horizon` (the default: as far back as the prediction looks ahead) or
+    /// `probe` (the paper's Algorithm 2 as printed: the last two probes).
     #[arg(long, value_name = "SPAN")]
     pub short_term: Option<elastic::ShortTerm>,
     /// Multiply TMIN, TMAX, AD, RD and the reactive interval by this (a scaled-down

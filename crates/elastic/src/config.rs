@@ -135,11 +135,11 @@ pub enum ShortTerm {
     /// The paper's line 15: between the last two probes. At TMIN the span is
     /// a fraction of `future` (1 s against 12 s at the paper's constants), so
     /// a one-probe burst is extrapolated twelvefold.
-    #[default]
     Probe,
     /// Ours: over the last `future` of the history (all of it where it is
     /// shorter): look back as far as the prediction looks ahead. A sustained
     /// rate reads the same; a burst counts once, not scaled up.
+    #[default]
     Horizon,
 }
 
@@ -209,9 +209,9 @@ pub struct ElasticConfig {
     /// Which probes the predictor's write trend is fitted to: `history` (the
     /// paper's Algorithm 2 as printed) or `window` (ours, the default).
     pub trend: Trend,
-    /// Over what span the predictor's short-term rate is measured: `probe`
-    /// (the paper's: the last two probes) or `horizon` (ours: as far back as
-    /// the prediction looks ahead).
+    /// Over what span the predictor's short-term rate is measured: `horizon`
+    /// (ours, the default: as far back as the prediction looks ahead) or
+    /// `probe` (the paper's: the last two probes).
     pub short_term: ShortTerm,
     /// Most disks the pool may hold (a guard against runaway growth), 0 = unlimited.
     pub max_disks: u32,
@@ -234,7 +234,7 @@ impl Default for ElasticConfig {
             uncertainty_floor: 4 << 20,
             written_correction: WrittenCorrection::Pending,
             trend: Trend::Window,
-            short_term: ShortTerm::Probe,
+            short_term: ShortTerm::Horizon,
             max_disks: 64,
         }
     }

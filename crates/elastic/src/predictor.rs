@@ -36,7 +36,7 @@
 //!
 //! The short-term rate (line 15) is measured between the last two probes, as
 //! printed ([`ShortTerm::Probe`]), or over as much of the past as the
-//! prediction looks ahead ([`ShortTerm::Horizon`]). At TMIN the last probe
+//! prediction looks ahead ([`ShortTerm::Horizon`], ours, the default). At TMIN the last probe
 //! spans a twelfth of `future` (1 s against 2·1 + 10 s), and write-back reaches
 //! the devices in bursts: under the multi-volume job's sort phases the rate
 //! over one 0.25 s probe read 330 MiB/s, extrapolated over 3 s, against 60
@@ -213,7 +213,7 @@ mod tests {
     }
 
     fn paper() -> Predictor {
-        Predictor::with(WrittenCorrection::Window, Trend::History)
+        Predictor::with(WrittenCorrection::Window, Trend::History).short_term(ShortTerm::Probe)
     }
 
     #[test]
@@ -336,7 +336,7 @@ mod tests {
 
     #[test]
     fn burst_after_idle_uses_the_short_term_slope() {
-        let mut p = Predictor::new();
+        let mut p = paper();
         for i in 0..10 {
             p.predict(i * SEC, st(0, 0), 100 * SEC, SEC);
         }
@@ -352,7 +352,8 @@ mod tests {
     #[test]
     fn over_the_horizon_a_burst_counts_once_not_scaled_up() {
         let (mut probe, mut hz) = (
-            Predictor::with(WrittenCorrection::Estimated, Trend::Window),
+            Predictor::with(WrittenCorrection::Estimated, Trend::Window)
+                .short_term(ShortTerm::Probe),
             horizon(),
         );
         // idle at 0.25 s probes, then 80 MiB written within one probe, used
@@ -373,7 +374,8 @@ mod tests {
     #[test]
     fn over_the_horizon_a_sustained_rate_reads_the_same() {
         let (mut probe, mut hz) = (
-            Predictor::with(WrittenCorrection::Estimated, Trend::Window),
+            Predictor::with(WrittenCorrection::Estimated, Trend::Window)
+                .short_term(ShortTerm::Probe),
             horizon(),
         );
         let (mut a, mut b) = (0, 0);
