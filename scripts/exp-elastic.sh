@@ -472,7 +472,10 @@ if all(os.path.exists(ser(p)) for p in ("predictive", "reactive-addrm")):
       "`bytes_may_use`, what it has promised to writes not yet allocated) or estimates them as the written bytes less "
       "the growth of used space over the same history (predictive-estimated), so the writes "
       "that used space shows are not counted twice, and fits the trend to the window's probes only, so the "
-      "prediction returns to usage one window after the writes stop and RD starts then. Reactive-addrm has "
+      "prediction returns to usage one window after the writes stop and RD starts then. Its short-term rate is "
+      "measured over as much past as the prediction looks ahead (2·next + AD), not between the last two probes as "
+      "printed (predictive-probe), so a write-back burst within one probe counts once instead of being extrapolated "
+      "over the look-ahead as a sustained rate. Reactive-addrm has "
       "no such delay and removes as soon as free space exceeds reserve + increment. Peak allocation in run 1: "
       + ", ".join(f"{p} {peaks[p] >> 20} MiB" for p in peaks) + ". "
       f"Each run here lasts {RUN_S} s (the paper's 400 s scaled would be 100 s).")
