@@ -330,9 +330,11 @@ if "predictive-paper" in POL and "predictive" in POL:
     if "reactive-addrm" in POL:
         red_w = 100 * (1 - ww / ra_w)
         claims.append(f"- Algorithm 2 as printed against reactive-addrm: {word(red_w)} (paper 33% less).")
-if "predictive-estimated" in POL and "predictive" in POL:
-    ew, pw = mean("predictive-estimated", "waste_gbh"), mean("predictive", "waste_gbh")
-    claims.append(f"- Pending writes as btrfs reports them (predictive: `bytes_may_use`) against estimated from written "
+# predictive-estimated differs from predictive-probe in the pending term only
+twin = "predictive-probe" if "predictive-probe" in POL else "predictive"
+if "predictive-estimated" in POL and twin in POL:
+    ew, pw = mean("predictive-estimated", "waste_gbh"), mean(twin, "waste_gbh")
+    claims.append(f"- Pending writes as btrfs reports them ({twin}: `bytes_may_use`) against estimated from written "
                   f"bytes (predictive-estimated, reserve {chosen['predictive-estimated']} MiB): {pw:.4f} against {ew:.4f} GiB·h, "
                   + (f"{100 * (1 - pw / ew):.0f}% less" if pw <= ew else f"{100 * (pw / ew - 1):.0f}% more") + ".")
 if "predictive-probe" in POL and "predictive" in POL:
