@@ -539,4 +539,43 @@ mod tests {
         .unwrap();
         assert_eq!(a.samples, b.samples);
     }
+
+    /// A job that writes in bursts: 80 MiB within one 0.25 s probe every 2 s,
+    /// up to 800 MiB, then deletes it all (the multi-volume job's sort phases).
+    fn bursts() -> Vec<TracePoint> {
+        let q = SEC / 4;
+        (0..240u64)
+            .map(|i| {
+                let used = if i < 80 { (i / 8 + 1).min(10) * 80 * M } else { 5 * M };
+                TracePoint {
+                    t: i * q,
+                    used,
+                    written: Some((i.min(79) / 8 + 1) * 80 * M),
+                    pending: None,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn over_the_horizon_bursts_are_not_extrapolated_into_disks() {
+        use crate::config::ShortTerm;
+        let run = |span| {
+            let c = ElasticConfig {
+                short_term: span,
+                increment: 256 * M,
+                ..cfg(PolicyKind::Predictive, 0)
+            };
+            simulate(&c, &bursts(), SimTiming::default(), None)
+                .unwrap()
+                .summary
+        };
+        let (probe, horizon) = (run(ShortTerm::Probe), run(ShortTerm::Horizon));
+        assert_eq!((probe.failures, horizon.failures), (0, 0), "{probe:?} {horizon:?}");
+        assert!(
+            horizon.peak_allocated < probe.peak_allocated
+                && horizon.waste_gbh < probe.waste_gbh * 0.9,
+            "{probe:?} {horizon:?}"
+        );
+    }
 }
