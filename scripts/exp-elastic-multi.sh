@@ -231,6 +231,8 @@ def chosen(p):
 ch = {p: chosen(p) for p in POL}
 sel = {p: [x for x in runs if x["policy"] == p and int(x["reserve_mib"]) == ch[p][0]] for p in POL}
 mean = lambda p, k: S.mean(float(x[k]) for x in sel[p])
+# "N% less" or "N% more": a against b
+than = lambda a, b: f"{100 * (1 - a / b):.0f}% less" if a <= b else f"{100 * (a / b - 1):.0f}% more"
 sd = lambda p, k: S.stdev(float(x[k]) for x in sel[p]) if len(sel[p]) > 1 else 0.0
 rng = lambda p, k: (min(float(x[k]) for x in sel[p]), max(float(x[k]) for x in sel[p]))
 base_t = mean("prealloc", "completion_s") if "prealloc" in POL else None
@@ -290,20 +292,19 @@ if "predictive-paper" in POL and "predictive" in POL:
     md.append(f"- Algorithm 2 as printed (predictive-paper, reserve {ch['predictive-paper'][0]} MiB) wastes "
               f"{ww:.4f} GiB·h, ours (predictive: pending writes only, the trend over the window, the short-term rate over the horizon; reserve "
               f"{ch['predictive'][0]} MiB) {pw:.4f} GiB·h: "
-              + (f"ours {100 * (1 - pw / ww):.0f}% less." if pw <= ww else f"ours {100 * (pw / ww - 1):.0f}% more."))
+              + f"ours {than(pw, ww)}.")
 # predictive-estimated differs from predictive-probe in the pending term only
 twin = "predictive-probe" if "predictive-probe" in POL else "predictive"
 if "predictive-estimated" in POL and twin in POL:
     ew, pw = mean("predictive-estimated", "waste_gbh"), mean(twin, "waste_gbh")
     md.append(f"- Pending writes as btrfs reports them ({twin}: `bytes_may_use`) against estimated from written "
               f"bytes (predictive-estimated, reserve {ch['predictive-estimated'][0]} MiB): {pw:.4f} against {ew:.4f} GiB·h, "
-              + (f"{100 * (1 - pw / ew):.0f}% less." if pw <= ew else f"{100 * (pw / ew - 1):.0f}% more."))
+              f"{than(pw, ew)}.")
 if "predictive-probe" in POL and "predictive" in POL:
     qw, pw = mean("predictive-probe", "waste_gbh"), mean("predictive", "waste_gbh")
     md.append(f"- The short-term rate over as much past as the prediction looks ahead (predictive) against between "
               f"the last two probes, as printed (predictive-probe, reserve {ch['predictive-probe'][0]} MiB): {pw:.4f} "
-              f"against {qw:.4f} GiB·h, "
-              + (f"{100 * (1 - pw / qw):.0f}% less." if pw <= qw else f"{100 * (pw / qw - 1):.0f}% more."))
+              f"against {qw:.4f} GiB·h, {than(pw, qw)}.")
 ab = f"{E['OUT']}/elastic-multi-aborts.csv"
 ab = [x for x in csv.DictReader(open(ab)) if x["policy"] in POL] if os.path.exists(ab) else []
 if ab:
@@ -357,7 +358,6 @@ if all(sv.get(p) for p in ("predictive", "reactive-addrm")):
     gap = lambda p: S.mean(max(int(x['expected']) - int(x['used']) for x in r) for r in sv[p]) / 2**20
     after = {p: S.mean(split(r)[1] for r in sv[p]) * len(sv[p]) / max(len(sel[p]), 1) for p in POL if sv.get(p)}
     until = {p: S.mean(split(r)[0] for r in sv[p]) * len(sv[p]) / max(len(sel[p]), 1) for p in POL if sv.get(p)}
-    cmp_ = lambda a, b: f"{100 * (1 - a / b):.0f}% less" if a <= b else f"{100 * (a / b - 1):.0f}% more"
     md += ["", f"Each job writes {wr:.1f} times its peak usage (split parts, sort temp files and intermediates are "
            "written, then deleted). Algorithm 2 as printed adds every byte written during its history window to the "
            "usage (`wb_max − wb_min`), so on this workload it counts data that used space already shows or that is "
@@ -384,8 +384,8 @@ if all(sv.get(p) for p in ("predictive", "reactive-addrm")):
            "free space exceeds reserve + increment. Summed over the volumes, "
            + ", ".join(f"{p} {w:.4f}" for p, w in after.items())
            + " GiB·h of each run's waste comes after the jobs end"
-           + (f"; until then predictive wastes {cmp_(until['predictive'], until['reactive-addrm'])} than reactive-addrm "
-              f"({until['predictive']:.4f} against {until['reactive-addrm']:.4f}), after {cmp_(after['predictive'], after['reactive-addrm'])}"
+           + (f"; until then predictive wastes {than(until['predictive'], until['reactive-addrm'])} than reactive-addrm "
+              f"({until['predictive']:.4f} against {until['reactive-addrm']:.4f}), after {than(after['predictive'], after['reactive-addrm'])}"
               if until.get("reactive-addrm") and until.get("predictive") else "")
            + ". The paper's K-Means iterations ran for minutes, "
            "long against RD; this job's whole run is under 30 s, about two RDs, so RD weighs more here than there."]
