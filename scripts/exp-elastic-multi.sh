@@ -24,6 +24,8 @@
 #   PAGE_ONLY=/tmp/exp-elastic-multi.XXXXXX scripts/exp-elastic-multi.sh   (page again, no runs)
 #   KEEP_RUNS=1 POLICIES="predictive" scripts/exp-elastic-multi.sh   (rerun some, keep the others' rows)
 #   NOTE="..."   a remark printed under the results table (e.g. which policies were rerun when)
+#   BASE=elastic-multi-long LINES=12000000 POLICIES="predictive reactive-addrm" scripts/exp-elastic-multi.sh
+#                (iterations longer than RD, in files of their own: elastic-multi-long.*)
 #
 # `predictive-estimated` is ours with pending writes estimated from written bytes
 # (`--written-correction estimated`, the default before btrfs's own count was read).
@@ -62,6 +64,9 @@ pargs() {
 SCALE=(--init 256M --increment 256M --prealloc 1G --time-scale 0.25)
 # PAGE_ONLY=DIR: no runs; figure and page again from the CSVs in docs/results and the
 # series a previous run left in its work directory DIR.
+# BASE: the name of the output files (another, e.g. elastic-multi-long, for a run
+# with other job sizes, so that it does not mix its rows with the default's)
+BASE=${BASE:-elastic-multi}
 WORK=${PAGE_ONLY:-$(mktemp -d /tmp/exp-elastic-multi.XXXXXX)}
 PIDS=()
 cleanup() {
@@ -113,12 +118,12 @@ job() {
 
 # with KEEP_RUNS, rerun only $POLICIES: the other policies' rows stay (not their
 # series: the page's per-volume table then shows the rerun policies only)
-[ -n "${PAGE_ONLY:-}" ] || keep_rows "$OUT/elastic-multi.csv" \
+[ -n "${PAGE_ONLY:-}" ] || keep_rows "$OUT/$BASE.csv" \
   "policy,reserve_mib,run,completion_s,app_errors,waste_gbh,adds,removes,peak_alloc_mib" $POLICIES
 # A run during which the kernel's btrfs aborted a transaction (a kernel fault,
 # see btrfs_aborted in lib.sh) is not the policy's failure: it is recorded in
 # elastic-multi-aborts.csv and run again (at most 3 times).
-ABORTS="$OUT/elastic-multi-aborts.csv"
+ABORTS="$OUT/$BASE-aborts.csv"
 [ -n "${PAGE_ONLY:-}" ] || keep_rows "$ABORTS" "policy,reserve_mib,run,kernel_message" $POLICIES
 # one_run POLICY RESERVE_MIB RUN: VOLS volumes and jobs at once; appends a row;
 # returns 1 if any job step failed, 2 if btrfs aborted a transaction (no row).
@@ -150,7 +155,7 @@ one_run() {
   for pid in "${PIDS[@]}"; do wait "$pid" || { echo "controller failed" >&2; cat "$WORK"/ctl-"$tag"-*.log >&2; exit 1; }; done
   PIDS=()
   btrfs_aborted "$ABORTS" "$dm0" "$p" "$r" "$k" && return 2
-  python3 - "$p" "$r" "$k" "$(echo "$t1 - $t0" | bc)" "$errs" "$WORK" "$VOLS" >> "$OUT/elastic-multi.csv" <<'PY'
+  python3 - "$p" "$r" "$k" "$(echo "$t1 - $t0" | bc)" "$errs" "$WORK" "$VOLS" >> "$OUT/$BASE.csv" <<'PY'
 import csv, json, sys
 p, r, k, secs, errs, work, vols = sys.argv[1:]
 waste = adds = rms = 0
@@ -164,7 +169,7 @@ for v in range(1, int(vols) + 1):
     peak += max(int(x["allocated"]) for x in rows) >> 20
 print(f"{p},{r},{k},{float(secs):.1f},{errs},{waste:.5f},{adds},{rms},{peak}")
 PY
-  tail -1 "$OUT/elastic-multi.csv" >&2
+  tail -1 "$OUT/$BASE.csv" >&2
   [ "$errs" = 0 ]
 }
 
@@ -213,16 +218,16 @@ for p in pols:
             print(f"{t - t0:.1f},{p} {k},{v / 2**30:.4f}")
         t += 5
 PY
-"$BIN" plot lines --csv "$WORK/fig.csv" --x t_s --y gib --series series --out "$OUT/elastic-multi.svg" \
+"$BIN" plot lines --csv "$WORK/fig.csv" --x t_s --y gib --series series --out "$OUT/$BASE.svg" \
   --title "Elastic btrfs, $VOLS volumes with sort/merge iterations (aggregate)" \
   --xlabel "time (s)" --ylabel "GiB"
 
 step "results page"
 DIRTY=$(git status --porcelain -- crates/elastic flexssd/src/elastic_cmd.rs flexssd/src/elastic scripts/exp-elastic-multi.sh | head -1)
-NOTE=${NOTE:-} WORK=$WORK OUT=$OUT VOLS=$VOLS ITERS=$ITERS LINES=$LINES COOL_S=$COOL_S RUNS=$RUNS STEP_MIB=$STEP_MIB COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" python3 - <<'PY'
+NOTE=${NOTE:-} BASE=$BASE WORK=$WORK OUT=$OUT VOLS=$VOLS ITERS=$ITERS LINES=$LINES COOL_S=$COOL_S RUNS=$RUNS STEP_MIB=$STEP_MIB COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" python3 - <<'PY'
 import csv, os, statistics as S
 E = os.environ
-runs = list(csv.DictReader(open(f"{E['OUT']}/elastic-multi.csv")))
+runs = list(csv.DictReader(open(f"{E['OUT']}/{E['BASE']}.csv")))
 POL = [p for p in ["prealloc", "reactive-add", "reactive-addrm", "predictive-paper", "predictive-estimated", "predictive-probe", "predictive"] if any(x["policy"] == p for x in runs)]
 def chosen(p):
     rs = sorted({int(x["reserve_mib"]) for x in runs if x["policy"] == p})
@@ -265,7 +270,7 @@ for p in POL:
               f"{t:.1f} ± {sd(p, 'completion_s'):.1f} [{tl:.1f}–{th:.1f}] | {ov} | "
               f"{w:.4f} ± {sd(p, 'waste_gbh'):.4f} [{wl:.4f}–{wh:.4f}] | {vs} | "
               f"{mean(p, 'adds'):.1f} / {mean(p, 'removes'):.1f} |")
-md += ["", "Every run, including the failed ones at smaller reserves: `elastic-multi.csv`."]
+md += ["", f"Every run, including the failed ones at smaller reserves: `{E['BASE']}.csv`."]
 if E.get("NOTE"):
     md += ["", "**Note on these runs:** " + E["NOTE"]]
 md += ["",
@@ -305,13 +310,13 @@ if "predictive-probe" in POL and "predictive" in POL:
     md.append(f"- The short-term rate over as much past as the prediction looks ahead (predictive) against between "
               f"the last two probes, as printed (predictive-probe, reserve {ch['predictive-probe'][0]} MiB): {pw:.4f} "
               f"against {qw:.4f} GiB·h, {than(pw, qw)}.")
-ab = f"{E['OUT']}/elastic-multi-aborts.csv"
+ab = f"{E['OUT']}/{E['BASE']}-aborts.csv"
 ab = [x for x in csv.DictReader(open(ab)) if x["policy"] in POL] if os.path.exists(ab) else []
 if ab:
     per = {p: sum(1 for x in ab if x["policy"] == p) for p in POL}
     md.append("- Runs run again because the kernel's btrfs aborted a transaction (Linux 6.18: a chunk allocation "
               "racing with `btrfs device add` fails with ENOENT, and the file system goes read-only, whatever the "
-              "reserve; `elastic-multi-aborts.csv`): " + ", ".join(f"{p} {n}" for p, n in per.items() if n)
+              f"reserve; `{E['BASE']}-aborts.csv`): " + ", ".join(f"{p} {n}" for p, n in per.items() if n)
               + ". They are not counted as the policy's failures.")
 # what the predictor saw, from every volume's series of the runs at the chosen reserve
 def series(p):
@@ -387,10 +392,11 @@ if all(sv.get(p) for p in ("predictive", "reactive-addrm")):
            + (f"; until then predictive wastes {than(until['predictive'], until['reactive-addrm'])} than reactive-addrm "
               f"({until['predictive']:.4f} against {until['reactive-addrm']:.4f}), after {than(after['predictive'], after['reactive-addrm'])}"
               if until.get("reactive-addrm") and until.get("predictive") else "")
-           + ". The paper's K-Means iterations ran for minutes, "
-           "long against RD; this job's whole run is under 30 s, about two RDs, so RD weighs more here than there."]
-md += ["", "![aggregate used, expected and allocated (run 1 at the chosen reserve)](elastic-multi.svg)", ""]
-open(f"{E['OUT']}/elastic-multi.md", "w").write("\n".join(md) + "\n")
+           + f". The paper's K-Means iterations ran for minutes, long against RD; this job runs "
+           f"{mean('predictive', 'completion_s'):.0f} s in all ({mean('predictive', 'completion_s') / 15:.1f} RDs), "
+           "its iterations a third of that each."]
+md += ["", f"![aggregate used, expected and allocated (run 1 at the chosen reserve)]({E['BASE']}.svg)", ""]
+open(f"{E['OUT']}/{E['BASE']}.md", "w").write("\n".join(md) + "\n")
 PY
-echo "wrote $OUT/elastic-multi.md" >&2
+echo "wrote $OUT/$BASE.md" >&2
 steps_done
