@@ -366,10 +366,12 @@ if all(sv.get(p) for p in ("predictive", "reactive-addrm")):
     md += ["", f"Each job writes {wr:.1f} times its peak usage (split parts, sort temp files and intermediates are "
            "written, then deleted). Algorithm 2 as printed adds every byte written during its history window to the "
            "usage (`wb_max − wb_min`), so on this workload it counts data that used space already shows or that is "
-           "already deleted (predictive-paper's row), and fits its write trend to the whole history. Ours takes the "
+           "already deleted" + (" (predictive-paper's row)" if "predictive-paper" in POL else "")
+           + ", and fits its write trend to the whole history. Ours takes the "
            "pending bytes from btrfs (what it has promised to writes not yet allocated, `bytes_may_use`; the pending "
-           "column, recorded for every policy) or estimates them as the written bytes less the growth of used space "
-           "(predictive-estimated's row), and fits the trend to the window."
+           "column, recorded for every policy) or estimates them as the written bytes less the growth of used space"
+           + (" (predictive-estimated's row)" if "predictive-estimated" in POL else "")
+           + ", and fits the trend to the window."
            + ("" if pp is None else
               f" btrfs's pending bytes average {pp[0] / 2**20:.0f} MiB a volume (at most {pp[1] / 2**20:.0f} MiB), "
               f"against up to {gap('predictive'):.0f} MiB expected above usage: the rest is the trend term, "
@@ -393,8 +395,8 @@ if all(sv.get(p) for p in ("predictive", "reactive-addrm")):
               f"({until['predictive']:.4f} against {until['reactive-addrm']:.4f}), after {than(after['predictive'], after['reactive-addrm'])}"
               if until.get("reactive-addrm") and until.get("predictive") else "")
            + f". The paper's K-Means iterations ran for minutes, long against RD; this job runs "
-           f"{mean('predictive', 'completion_s'):.0f} s in all ({mean('predictive', 'completion_s') / 15:.1f} RDs), "
-           "its iterations a third of that each."]
+           f"{mean('predictive', 'completion_s'):.0f} s in all ({mean('predictive', 'completion_s') / 15:.1f} RDs) "
+           f"for the input and {E['ITERS']} iterations."]
 md += ["", f"![aggregate used, expected and allocated (run 1 at the chosen reserve)]({E['BASE']}.svg)", ""]
 open(f"{E['OUT']}/{E['BASE']}.md", "w").write("\n".join(md) + "\n")
 PY
