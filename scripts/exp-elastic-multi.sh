@@ -310,6 +310,19 @@ if "predictive-probe" in POL and "predictive" in POL:
     md.append(f"- The short-term rate over as much past as the prediction looks ahead (predictive) against between "
               f"the last two probes, as printed (predictive-probe, reserve {ch['predictive-probe'][0]} MiB): {pw:.4f} "
               f"against {qw:.4f} GiB·h, {than(pw, qw)}.")
+long_csv = f"{E['OUT']}/elastic-multi-long.csv"
+if E["BASE"] == "elastic-multi" and os.path.exists(long_csv):
+    # the same job with longer iterations (BASE=elastic-multi-long): its chosen rows, summarised
+    lr = list(csv.DictReader(open(long_csv)))
+    def long_pick(p):
+        rs = sorted({int(x["reserve_mib"]) for x in lr if x["policy"] == p})
+        ok = [r for r in rs if sum(1 for x in lr if x["policy"] == p and int(x["reserve_mib"]) == r and x["app_errors"] == "0") >= int(E["RUNS"])]
+        return (ok[0], S.mean(float(x["waste_gbh"]) for x in lr if x["policy"] == p and int(x["reserve_mib"]) == ok[0])) if ok else None
+    lp, la = long_pick("predictive"), long_pick("reactive-addrm")
+    if lp and la:
+        md.append(f"- With iterations longer than RD (`elastic-multi-long.md`: the same job on more lines a volume): "
+                  f"predictive {lp[1]:.4f} GiB·h at {lp[0]} MiB against reactive-addrm {la[1]:.4f} at {la[0]} MiB, "
+                  f"{than(lp[1], la[1])} (paper: 42% less).")
 ab = f"{E['OUT']}/{E['BASE']}-aborts.csv"
 ab = [x for x in csv.DictReader(open(ab)) if x["policy"] in POL] if os.path.exists(ab) else []
 if ab:
