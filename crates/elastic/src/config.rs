@@ -423,7 +423,10 @@ mod tests {
         let e = ElasticConfig::from_toml("short_term = 'last'")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("short_term") || e.contains("unknown variant"), "{e}");
+        assert!(
+            e.contains("short_term") || e.contains("unknown variant"),
+            "{e}"
+        );
         let e = "last".parse::<ShortTerm>().unwrap_err().to_string();
         assert!(e.contains("probe or horizon"), "{e}");
         let c = ElasticConfig::from_toml("short_term = 'horizon'").unwrap();

@@ -366,9 +366,15 @@ mod tests {
         }
         let burst = st(80 * M, 80 * M);
         // the paper's line 15: 80 MiB in 0.25 s is 320 MiB/s, times 3 s
-        assert_eq!(probe.predict(40 * q, burst, 100 * SEC, 3 * SEC), 80 * M + 960 * M);
+        assert_eq!(
+            probe.predict(40 * q, burst, 100 * SEC, 3 * SEC),
+            80 * M + 960 * M
+        );
         // over the last 3 s (12 probes): 80 MiB in 3 s, times 3 s
-        assert_eq!(hz.predict(40 * q, burst, 100 * SEC, 3 * SEC), 80 * M + 80 * M);
+        assert_eq!(
+            hz.predict(40 * q, burst, 100 * SEC, 3 * SEC),
+            80 * M + 80 * M
+        );
     }
 
     #[test]

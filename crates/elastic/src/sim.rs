@@ -546,7 +546,11 @@ mod tests {
         let q = SEC / 4;
         (0..240u64)
             .map(|i| {
-                let used = if i < 80 { (i / 8 + 1).min(10) * 80 * M } else { 5 * M };
+                let used = if i < 80 {
+                    (i / 8 + 1).min(10) * 80 * M
+                } else {
+                    5 * M
+                };
                 TracePoint {
                     t: i * q,
                     used,
@@ -571,7 +575,11 @@ mod tests {
                 .summary
         };
         let (probe, horizon) = (run(ShortTerm::Probe), run(ShortTerm::Horizon));
-        assert_eq!((probe.failures, horizon.failures), (0, 0), "{probe:?} {horizon:?}");
+        assert_eq!(
+            (probe.failures, horizon.failures),
+            (0, 0),
+            "{probe:?} {horizon:?}"
+        );
         assert!(
             horizon.peak_allocated < probe.peak_allocated
                 && horizon.waste_gbh < probe.waste_gbh * 0.9,

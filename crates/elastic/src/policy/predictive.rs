@@ -60,7 +60,8 @@ impl Predictive {
             window: 2 * cfg.tmax(),
             ts: now,
             prev: None,
-            predictor: Predictor::with(cfg.written_correction, cfg.trend).short_term(cfg.short_term),
+            predictor: Predictor::with(cfg.written_correction, cfg.trend)
+                .short_term(cfg.short_term),
         }
     }
 
