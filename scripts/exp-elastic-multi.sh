@@ -229,9 +229,10 @@ import csv, os, statistics as S
 E = os.environ
 runs = list(csv.DictReader(open(f"{E['OUT']}/{E['BASE']}.csv")))
 POL = [p for p in ["prealloc", "reactive-add", "reactive-addrm", "predictive-paper", "predictive-estimated", "predictive-probe", "predictive"] if any(x["policy"] == p for x in runs)]
-def chosen(p):
-    rs = sorted({int(x["reserve_mib"]) for x in runs if x["policy"] == p})
-    ok = [r for r in rs if sum(1 for x in runs if x["policy"] == p and int(x["reserve_mib"]) == r and x["app_errors"] == "0") >= int(E["RUNS"])]
+def chosen(p, rows=runs):
+    """(reserve, failure-free): the smallest reserve with RUNS failure-free runs, else the largest tried."""
+    rs = sorted({int(x["reserve_mib"]) for x in rows if x["policy"] == p})
+    ok = [r for r in rs if sum(1 for x in rows if x["policy"] == p and int(x["reserve_mib"]) == r and x["app_errors"] == "0") >= int(E["RUNS"])]
     return (ok[0], True) if ok else (rs[-1], False)
 ch = {p: chosen(p) for p in POL}
 sel = {p: [x for x in runs if x["policy"] == p and int(x["reserve_mib"]) == ch[p][0]] for p in POL}
@@ -315,9 +316,10 @@ if E["BASE"] == "elastic-multi" and os.path.exists(long_csv):
     # the same job with longer iterations (BASE=elastic-multi-long): its chosen rows, summarised
     lr = list(csv.DictReader(open(long_csv)))
     def long_pick(p):
-        rs = sorted({int(x["reserve_mib"]) for x in lr if x["policy"] == p})
-        ok = [r for r in rs if sum(1 for x in lr if x["policy"] == p and int(x["reserve_mib"]) == r and x["app_errors"] == "0") >= int(E["RUNS"])]
-        return (ok[0], S.mean(float(x["waste_gbh"]) for x in lr if x["policy"] == p and int(x["reserve_mib"]) == ok[0])) if ok else None
+        if not any(x["policy"] == p for x in lr):
+            return None
+        r, ok = chosen(p, lr)
+        return (r, S.mean(float(x["waste_gbh"]) for x in lr if x["policy"] == p and int(x["reserve_mib"]) == r)) if ok else None
     lp, la = long_pick("predictive"), long_pick("reactive-addrm")
     if lp and la:
         md.append(f"- With iterations longer than RD (`elastic-multi-long.md`: the same job on more lines a volume): "

@@ -162,24 +162,7 @@ PY
   [ "$(tail -1 "$RUNS_CSV" | cut -d, -f5)" = 0 ]
 }
 
-if [ -n "${ALTERNATE:-}" ]; then
-  step "$RUNS rounds of $POLICIES, alternated"
-  for k in $(seq 1 "$RUNS"); do
-    for p in $POLICIES; do
-      r=$(python3 - "$OUT/elastic-runs.csv" "$p" <<'PY'
-import csv, sys
-rows = [x for x in csv.DictReader(open(sys.argv[1])) if x["policy"] == sys.argv[2]]
-ok = sorted({int(x["reserve_mib"]) for x in rows if x["app_errors"] == "0"})
-print(ok[0] if ok else 0)
-PY
-)
-      until_not_aborted one_run "$p" "$r" "$k" || true
-    done
-  done
-  steps_done
-  exit 0
-fi
-if [ -z "${PAGE_ONLY:-}" ]; then
+if [ -z "${PAGE_ONLY:-}" ] && [ -z "${ALTERNATE:-}" ]; then
 for p in $POLICIES; do
   step "policy $p: smallest reserve with $RUNS failure-free runs"
   r=0
@@ -205,6 +188,17 @@ for p in sys.argv[3:]:
     if rs:
         print(p, ok[0] if ok else rs[-1])
 PY
+if [ -n "${ALTERNATE:-}" ]; then
+  step "$RUNS rounds of $POLICIES, alternated"
+  for k in $(seq 1 "$RUNS"); do
+    for p in $POLICIES; do
+      r=$(awk -v p="$p" '$1 == p { print $2 }' "$WORK/chosen")
+      until_not_aborted one_run "$p" "${r:-0}" "$k" || true
+    done
+  done
+  steps_done
+  exit 0
+fi
 POLICIES=$(cut -d' ' -f1 "$WORK/chosen" | tr '\n' ' ')
 
 if [ -z "${PAGE_ONLY:-}" ]; then
@@ -260,9 +254,10 @@ PY
   --xlabel "time since controller start (s)" --ylabel "GiB"
 
 step "results page"
-NOTE=${NOTE:-} OUT=$OUT RUN_S=$RUN_S COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" python3 - <<'PY'
+NOTE=${NOTE:-} OUT=$OUT RUN_S=$RUN_S RUNS=$RUNS COMMIT="$(git rev-parse --short HEAD)${DIRTY:+ plus uncommitted changes}" python3 - <<'PY'
 import csv, os, statistics as S
 OUT, RUN_S, COMMIT = os.environ["OUT"], os.environ["RUN_S"], os.environ["COMMIT"]
+RUNS = int(os.environ["RUNS"])
 runs = list(csv.DictReader(open(f"{OUT}/elastic-runs.csv")))
 sims = {x["policy"]: x for x in csv.DictReader(open(f"{OUT}/elastic-sim.csv"))}
 POL = [p for p in ["prealloc", "reactive-add", "reactive-addrm", "predictive-paper", "predictive-estimated", "predictive-probe", "predictive"] if p in sims]
@@ -270,6 +265,8 @@ chosen = {p: sims[p]["reserve_mib"] for p in POL}
 sel = {p: [x for x in runs if x["policy"] == p and x["reserve_mib"] == chosen[p]] for p in POL}
 ok = {p: all(x["app_errors"] == "0" for x in sel[p]) for p in POL}
 mean = lambda p, k: S.mean(float(x[k]) for x in sel[p])
+# a reduction in percent as "N% less", or "N% more" when negative
+word = lambda x: f"{x:.0f}% less" if x >= 0 else f"{-x:.0f}% more"
 rng = lambda p, k: (min(float(x[k]) for x in sel[p]), max(float(x[k]) for x in sel[p]))
 sd = lambda p, k: S.stdev(float(x[k]) for x in sel[p]) if len(sel[p]) > 1 else 0.0
 base_t = mean("prealloc", "completion_s") if "prealloc" in POL else None
@@ -342,7 +339,6 @@ if "predictive" in POL and "reactive-addrm" in POL:
                      "**We do not reproduce this**: " + ("predictive needs a reserve too." if pr > 0 else "the reactive policies needed no reserve here either (writes at this scale leave them time).")))
     pw = mean("predictive", "waste_gbh")
     red = 100 * (1 - pw / ra_w)
-    word = lambda x: f"{x:.0f}% less" if x >= 0 else f"{-x:.0f}% more"
     claims.append(f"- Waste: predictive {word(red)} than reactive-addrm (paper 33% less) and "
                   f"{word(100 * (1 - pw / base_w))} than prealloc (paper 66% less)."
                   + ("" if red >= 33 and 100 * (1 - pw / base_w) >= 66 else " **Behind the paper here.**"))
@@ -353,7 +349,7 @@ if "predictive" in POL and "reactive-addrm" in POL:
         fr = list(csv.DictReader(open(full)))
         def full_pick(p):
             rs = sorted({int(x["reserve_mib"]) for x in fr if x["policy"] == p})
-            good = [r for r in rs if sum(1 for x in fr if x["policy"] == p and int(x["reserve_mib"]) == r and x["app_errors"] == "0") >= 3]
+            good = [r for r in rs if sum(1 for x in fr if x["policy"] == p and int(x["reserve_mib"]) == r and x["app_errors"] == "0") >= RUNS]
             at = [x for x in fr if x["policy"] == p and int(x["reserve_mib"]) == good[0]] if good else []
             c = [float(x["completion_s"]) for x in at]
             return (good[0], S.mean(float(x["waste_gbh"]) for x in at), min(c), max(c)) if good else None
@@ -404,13 +400,12 @@ if "predictive-estimated" in POL and twin in POL:
     ew, pw = mean("predictive-estimated", "waste_gbh"), mean(twin, "waste_gbh")
     claims.append(f"- Pending writes as btrfs reports them ({twin}: `bytes_may_use`) against estimated from written "
                   f"bytes (predictive-estimated, reserve {chosen['predictive-estimated']} MiB): {pw:.4f} against {ew:.4f} GiB·h, "
-                  + (f"{100 * (1 - pw / ew):.0f}% less" if pw <= ew else f"{100 * (pw / ew - 1):.0f}% more") + ".")
+                  + word(100 * (1 - pw / ew)) + ".")
 if "predictive-probe" in POL and "predictive" in POL:
     qw, pw = mean("predictive-probe", "waste_gbh"), mean("predictive", "waste_gbh")
     claims.append(f"- The short-term rate over as much past as the prediction looks ahead (predictive) against between "
                   f"the last two probes, as printed (predictive-probe, reserve {chosen['predictive-probe']} MiB): {pw:.4f} "
-                  f"against {qw:.4f} GiB·h, "
-                  + (f"{100 * (1 - pw / qw):.0f}% less" if pw <= qw else f"{100 * (pw / qw - 1):.0f}% more")
+                  f"against {qw:.4f} GiB·h, {word(100 * (1 - pw / qw))}"
                   + f"; completion {mean('predictive', 'completion_s'):.1f} s against {mean('predictive-probe', 'completion_s'):.1f} s.")
 ab = f"{OUT}/elastic-aborts.csv"
 ab = [x for x in csv.DictReader(open(ab)) if x["policy"] in POL] if os.path.exists(ab) else []
@@ -481,7 +476,6 @@ if os.path.exists(old):
         return okr[0] if okr else rs[-1]
     om = lambda p, k: S.mean(float(x[k]) for x in o if x["policy"] == p and int(x["reserve_mib"]) == ochosen(p))
     ow, ra, pa = om("predictive", "waste_gbh"), om("reactive-addrm", "waste_gbh"), om("prealloc", "waste_gbh")
-    word = lambda x: f"{x:.0f}% less" if x >= 0 else f"{-x:.0f}% more"
     P("")
     P("Before relocation was subtracted (`elastic-runs-reloc-counted.csv`, 3 runs per reserve, commit c4fa0d9): "
       f"predictive at {ochosen('predictive')} MiB wasted {ow:.4f} GiB·h, {word(100 * (1 - ow / ra))} than reactive-addrm "
