@@ -231,10 +231,11 @@ lease_ttl_s = 2
         }
         assert!(
             t0.elapsed() < Duration::from_secs(60),
-            "no active scheduler seeing h1 within 60 s; the last answers:\n{}\nthe schedulers' logs:\n{}\netcd's log ends:\n{}",
+            "no active scheduler seeing h1 within 60 s; the last answers:\n{}\nthe schedulers' logs:\n{}\netcd's log ends:\n{}\nthe host's log:\n{}",
             last.join("\n"),
             logs(),
-            tail(&d.join("etcd.err"), 4000)
+            tail(&d.join("etcd.err"), 4000),
+            _host.log()
         );
         std::thread::sleep(Duration::from_millis(200));
     };
