@@ -51,13 +51,19 @@ pub struct CacheArgs {
     #[arg(long, value_name = "FILE")]
     pub cost_config: Option<PathBuf>,
     /// Policy parameters (TOML, fields of `PolicyConfig`: epoch_secs, aging,
-    /// alpha, beta, gamma, window_epochs, min_zone_fraction, line and bin sizes).
+    /// alpha, beta, gamma, window_epochs, min_zone_fraction, line and bin
+    /// sizes, bin_fill).
     #[arg(long, value_name = "FILE")]
     pub policy_config: Option<PathBuf>,
     /// Epoch length of vFRM, GREM and D-GREM in seconds (overrides the
     /// policy config; default 300).
     #[arg(long, value_name = "SECONDS")]
     pub epoch: Option<f64>,
+    /// What of a chosen bin vFRM, isolation, GREM and D-GREM put in flash:
+    /// whole-bin (every line) or accessed-lines (the lines of the bin that
+    /// were accessed). Overrides the policy config.
+    #[arg(long, value_name = "FILL", value_parser = parse_bin_fill)]
+    pub bin_fill: Option<cache::BinFill>,
     /// How writes reach the disk: write-through (every write goes to the
     /// HDD too; nothing is ever dirty; the live tier's default) or write-back
     /// (writes that hit or are admitted stay in the SSD until their line is
@@ -86,6 +92,10 @@ pub struct CacheArgs {
 
 fn read_file(path: &Path, what: &str) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("read {what} {}", path.display()))
+}
+
+fn parse_bin_fill(s: &str) -> Result<cache::BinFill, String> {
+    s.parse().map_err(|e: cache::CacheError| e.to_string())
 }
 
 fn parse_write_policy(s: &str) -> Result<WritePolicy, String> {
@@ -117,6 +127,9 @@ fn config(a: &CacheArgs) -> Result<SimConfig> {
     };
     if let Some(e) = a.epoch {
         policy.epoch_secs = e;
+    }
+    if let Some(f) = a.bin_fill {
+        policy.bin_fill = f;
     }
     let cost: CostModel = match &a.cost_config {
         Some(p) => CostModel::from_toml(&read_file(p, "cost config")?)
@@ -449,6 +462,48 @@ mod tests {
         let a = args(&["--trace", &spec, "--policy", "grem", "--cache-size", "64K"]);
         let e = format!("{:#}", run(&a, &clock::VirtualClock::new(0)).unwrap_err());
         assert!(e.contains("too small"), "{e}");
+    }
+
+    #[test]
+    fn bin_fill_overrides_the_policy_config_and_bad_values_are_named() {
+        let d = tempfile::tempdir().unwrap();
+        let pc = d.path().join("p.toml");
+        std::fs::write(&pc, "bin_fill = \"accessed-lines\"\n").unwrap();
+        let a = args(
+            &[
+                "--trace",
+                "disksim:t",
+                "--cache-size",
+                "1M",
+                "--policy-config",
+            ]
+            .into_iter()
+            .chain([pc.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+        );
+        assert_eq!(
+            config(&a).unwrap().policy.bin_fill,
+            cache::BinFill::AccessedLines
+        );
+        let a = args(&[
+            "--trace",
+            "disksim:t",
+            "--cache-size",
+            "1M",
+            "--policy-config",
+            pc.to_str().unwrap(),
+            "--bin-fill",
+            "adaptive",
+        ]);
+        assert_eq!(
+            config(&a).unwrap().policy.bin_fill,
+            cache::BinFill::Adaptive
+        );
+        let e = Cli::try_parse_from(["x", "--trace", "disksim:t", "--bin-fill", "half"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("half") && e.contains("adaptive"), "{e}");
     }
 
     #[test]

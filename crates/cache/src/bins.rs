@@ -1,6 +1,7 @@
 //! Per-bin bookkeeping shared by the coarse, epoch-based policies (vFRM,
 //! GREM, D-GREM): a bin table with access counts, aged popularity, placement
-//! and a hit bitmap, plus the epoch clock.
+//! (the zone, and which of the bin's lines are in flash), the lines read so
+//! far, a hit bitmap, plus the epoch clock and the [`BinFill`] rule.
 //!
 //! Why a shared table: the three policies differ only in how they choose the
 //! bins to cache at the end of an epoch. What happens on an access (find the
@@ -11,7 +12,9 @@
 use std::cmp::Ordering;
 
 use crate::list::{index_with_capacity, Index};
-use crate::{bump, Access, CacheError, Events, Key, PolicyConfig, PolicyKind, BLOCK_BYTES};
+use crate::{
+    bump, Access, BinFill, CacheError, Events, Key, PolicyConfig, PolicyKind, BLOCK_BYTES,
+};
 
 /// Where a bin is.
 pub(crate) const NOWHERE: u8 = 0;
@@ -35,6 +38,14 @@ pub(crate) struct Bin {
     /// Aged long-term popularity (GREM's historyBin value).
     pub hist: f64,
     pub zone: u8,
+    /// Lines of the bin accessed since it entered the table (bit `l` for
+    /// line `l`; a bin has at most 64 lines).
+    pub seen: u64,
+    /// Lines of the bin in flash (none unless placed).
+    pub cached: u64,
+    /// `seen` when the bin was last placed: the lines that would be in
+    /// flash had only the accessed lines been placed.
+    basis: u64,
     /// Blocks hit in the current epoch, to measure hit *volume*.
     hits: [u64; 4],
 }
@@ -49,8 +60,11 @@ pub(crate) struct Bins {
     /// log2 of blocks per line and per bin.
     pub line_shift: u32,
     pub bin_shift: u32,
-    /// Capacity in bins.
+    /// Capacity in bins (the zones and the pool are sized in lines:
+    /// [`Bins::cap_lines`]).
     pub cap_bins: u64,
+    /// What of a chosen bin is placed.
+    pub fill: BinFill,
     pub epoch_ns: u64,
     /// End of the current epoch; `None` before the first access.
     pub epoch_end: Option<u64>,
@@ -60,10 +74,39 @@ pub(crate) struct Bins {
     pub touched: Vec<u32>,
     /// Distinct blocks hit in the current epoch, per zone (index by zone).
     pub hit_volume: [u64; 3],
-    /// Bins placed, per tenant.
+    /// Lines placed, per tenant.
     pub resident: Vec<u64>,
-    /// Bins placed in all.
+    /// Lines placed in all.
     pub placed: u64,
+    /// [`BinFill::Adaptive`]: per tenant, whether its bins are placed whole.
+    whole: Vec<bool>,
+    /// Per tenant, what the fill is judged on (see [`Bins::adapt_fill`]).
+    judge: Vec<FillJudge>,
+    /// Scratch: the lines each bin is to have, in [`Bins::apply`].
+    want: Vec<u64>,
+    /// Accesses per line of flash that placed bins' accessed lines earn,
+    /// over all tenants, smoothed: the bar a tenant's unaccessed lines
+    /// must clear to be placed.
+    reuse_per_line: f64,
+}
+
+/// One tenant's evidence on whether whole bins pay: how much the lines of
+/// its placed bins that it had not accessed yet are used, against the lines
+/// it had.
+#[derive(Debug, Clone, Copy, Default)]
+struct FillJudge {
+    /// Accesses in the epoch to a line of a placed bin the tenant had
+    /// accessed before (a hit under either fill).
+    reuse: f64,
+    /// Accesses in the epoch to a line of a placed bin the tenant had never
+    /// accessed (a hit only if the bin was placed whole).
+    fresh: f64,
+    /// At the epoch's start: lines of placed bins it had accessed.
+    seen_lines: f64,
+    /// At the epoch's start: lines of placed bins it had not.
+    unseen_lines: f64,
+    /// Smoothed accesses per line of flash its unaccessed lines earn.
+    fresh_per_line: f64,
 }
 
 impl Bins {
@@ -89,6 +132,7 @@ impl Bins {
             line_shift: (cfg.coarse_line_bytes / BLOCK_BYTES).trailing_zeros(),
             bin_shift: (cfg.bin_bytes / BLOCK_BYTES).trailing_zeros(),
             cap_bins,
+            fill: cfg.bin_fill,
             epoch_ns: cfg.epoch_ns(),
             epoch_end: None,
             epoch: 0,
@@ -96,12 +140,58 @@ impl Bins {
             hit_volume: [0; 3],
             resident: Vec::new(),
             placed: 0,
+            whole: Vec::new(),
+            judge: Vec::new(),
+            want: Vec::new(),
+            reuse_per_line: 0.0,
         })
     }
 
     /// Lines per bin.
     pub fn lines_per_bin(&self) -> u64 {
         1 << (self.bin_shift - self.line_shift)
+    }
+
+    /// Capacity in lines.
+    pub fn cap_lines(&self) -> u64 {
+        self.cap_bins * self.lines_per_bin()
+    }
+
+    /// The mask of every line of a bin.
+    fn all_lines(&self) -> u64 {
+        u64::MAX >> (64 - self.lines_per_bin())
+    }
+
+    /// The lines of bin `i` that placing it would put in flash.
+    fn to_place(&self, i: u32) -> u64 {
+        match self.fill {
+            BinFill::WholeBin => self.all_lines(),
+            BinFill::AccessedLines => self.bins[i as usize].seen,
+            BinFill::Adaptive => {
+                let b = &self.bins[i as usize];
+                if self.places_whole(b.tenant) {
+                    self.all_lines()
+                } else {
+                    b.seen
+                }
+            }
+        }
+    }
+
+    /// Whether `tenant`'s bins are placed whole now (always with
+    /// [`BinFill::WholeBin`], never with [`BinFill::AccessedLines`]).
+    pub fn places_whole(&self, tenant: u32) -> bool {
+        match self.fill {
+            BinFill::WholeBin => true,
+            BinFill::AccessedLines => false,
+            BinFill::Adaptive => self.whole.get(tenant as usize).copied().unwrap_or(true),
+        }
+    }
+
+    /// Lines of flash bin `i` takes when placed: the whole bin, or the lines
+    /// of it accessed so far.
+    pub fn footprint(&self, i: u32) -> u64 {
+        u64::from(self.to_place(i).count_ones())
     }
 
     /// Number of epoch ends that `time_ns` has passed (0 when still inside
@@ -145,6 +235,9 @@ impl Bins {
                         last_epoch: 0,
                         hist: 0.0,
                         zone: NOWHERE,
+                        seen: 0,
+                        cached: 0,
+                        basis: 0,
                         hits: [0; 4],
                     });
                     self.map.insert(key, i);
@@ -156,16 +249,29 @@ impl Bins {
             i
         };
         let epoch = self.epoch;
+        let blocks = 1u64 << self.bin_shift;
+        let off = a.key.line() & (blocks - 1);
+        let line = 1u64 << (off >> self.line_shift);
         let b = &mut self.bins[i as usize];
         if b.curr == 0 {
             self.touched.push(i);
         }
         b.curr += 1;
         b.last_epoch = epoch;
-        let hit = b.zone != NOWHERE;
+        if self.fill == BinFill::Adaptive && b.zone != NOWHERE {
+            let t = b.tenant as usize;
+            if self.judge.len() <= t {
+                self.judge.resize(t + 1, FillJudge::default());
+            }
+            if b.basis & line != 0 {
+                self.judge[t].reuse += 1.0;
+            } else {
+                self.judge[t].fresh += 1.0;
+            }
+        }
+        b.seen |= line;
+        let hit = b.cached & line != 0;
         if hit {
-            let blocks = 1u64 << self.bin_shift;
-            let off = a.key.line() & (blocks - 1);
             let bit = if blocks > HIT_BITS {
                 off * HIT_BITS / blocks
             } else {
@@ -180,49 +286,158 @@ impl Bins {
         (i, hit)
     }
 
-    /// Whether the bin holding block `key` is placed.
+    /// Whether the line holding block `key` is placed.
     pub fn contains(&self, key: Key) -> bool {
+        let off = key.line() & ((1u64 << self.bin_shift) - 1);
+        let line = 1u64 << (off >> self.line_shift);
         self.map
             .get(&key.coarsen(self.bin_shift).raw())
-            .is_some_and(|&i| self.bins[i as usize].zone != NOWHERE)
+            .is_some_and(|&i| self.bins[i as usize].cached & line != 0)
     }
 
-    /// Sets bin `i`'s zone, reporting lines moved in or out.
-    pub fn place(&mut self, i: u32, zone: u8, events: &mut Events) {
-        let lpb = self.lines_per_bin();
+    /// Puts bin `i` in `zone` with the lines in `want` in flash (none for
+    /// [`NOWHERE`]), reporting the lines moved in or out.
+    fn set(&mut self, i: u32, zone: u8, want: u64, events: &mut Events) {
         let shift = self.bin_shift - self.line_shift;
         let b = &mut self.bins[i as usize];
-        let (was, key, tenant) = (b.zone, b.key, b.tenant);
         b.zone = zone;
+        if zone == NOWHERE {
+            b.basis = 0;
+        } else {
+            b.basis = b.seen;
+        }
+        let (gone, new) = (b.cached & !want, want & !b.cached);
+        b.cached = want;
+        let (key, tenant) = (b.key, b.tenant);
         let first = Key::from_raw(key);
-        let lines = (0..lpb).map(|l| {
-            Key::from_raw((first.raw() & !crate::MAX_LINE) | ((first.line() << shift) + l))
-        });
-        if was == NOWHERE && zone != NOWHERE {
-            events.migrated_in.extend(lines);
-            bump(&mut self.resident, tenant, 1);
-            self.placed += 1;
-        } else if was != NOWHERE && zone == NOWHERE {
-            events.evicted.extend(lines);
-            self.resident[tenant as usize] -= 1;
-            self.placed -= 1;
+        let lines = move |mask: u64| {
+            (0..64u64)
+                .filter(move |l| mask >> l & 1 != 0)
+                .map(move |l| {
+                    Key::from_raw((first.raw() & !crate::MAX_LINE) | ((first.line() << shift) + l))
+                })
+        };
+        if gone != 0 {
+            let n = u64::from(gone.count_ones());
+            events.evicted.extend(lines(gone));
+            self.resident[tenant as usize] -= n;
+            self.placed -= n;
+        }
+        if new != 0 {
+            let n = u64::from(new.count_ones());
+            events.migrated_in.extend(lines(new));
+            bump(&mut self.resident, tenant, n);
+            self.placed += n;
         }
     }
 
     /// Assigns every bin the zone in `new_zone` (indexed like `bins`),
     /// evicting first so that the cache never holds more than its capacity.
+    /// A bin that stays placed gains the lines accessed since it was placed
+    /// (unless whole). With [`BinFill::Adaptive`], flash the chosen bins
+    /// leave free takes the rest of their lines, most popular bins first, so
+    /// that space nobody was chosen for still serves their neighbours.
     pub fn apply(&mut self, new_zone: &[u8], events: &mut Events) {
-        for (i, &z) in new_zone.iter().enumerate() {
-            if z == NOWHERE && self.bins[i].zone != NOWHERE {
-                self.place(i as u32, NOWHERE, events);
+        self.apply_with(new_zone, events, true);
+    }
+
+    /// [`Bins::apply`] for a resize: lines only leave (no bin gains any).
+    pub fn apply_shrink(&mut self, new_zone: &[u8], events: &mut Events) {
+        self.apply_with(new_zone, events, false);
+    }
+
+    fn apply_with(&mut self, new_zone: &[u8], events: &mut Events, grow: bool) {
+        let mut want = std::mem::take(&mut self.want);
+        want.clear();
+        want.extend((0..new_zone.len()).map(|i| match new_zone[i] {
+            NOWHERE => 0,
+            _ if !grow => self.bins[i].cached & self.to_place(i as u32),
+            _ => self.to_place(i as u32),
+        }));
+        if grow && self.fill == BinFill::Adaptive {
+            let all = self.all_lines();
+            let used: u64 = want.iter().map(|w| u64::from(w.count_ones())).sum();
+            let mut free = self.cap_lines().saturating_sub(used);
+            if free > 0 {
+                let mut order: Vec<(f64, u64, u32)> = want
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &w)| w != 0 && w != all)
+                    .map(|(i, _)| {
+                        let b = &self.bins[i];
+                        (f64::from(b.curr) + b.hist, b.key, i as u32)
+                    })
+                    .collect();
+                order.sort_unstable_by(by_score_desc);
+                for (_, _, i) in order {
+                    let extra = u64::from((all & !want[i as usize]).count_ones());
+                    if extra <= free {
+                        want[i as usize] = all;
+                        free -= extra;
+                    }
+                }
             }
         }
-        for (i, &z) in new_zone.iter().enumerate() {
-            if z != self.bins[i].zone {
-                self.place(i as u32, z, events);
+        for (i, (&z, &w)) in new_zone.iter().zip(&want).enumerate() {
+            if self.bins[i].cached & !w != 0 {
+                self.set(i as u32, z, w & self.bins[i].cached, events);
             }
         }
-        debug_assert!(self.placed <= self.cap_bins);
+        for (i, (&z, &w)) in new_zone.iter().zip(&want).enumerate() {
+            if z != NOWHERE || self.bins[i].zone != NOWHERE {
+                self.set(i as u32, z, w, events);
+            }
+        }
+        self.want = want;
+        debug_assert!(self.placed <= self.cap_lines());
+        if self.fill == BinFill::Adaptive {
+            let lpb = self.lines_per_bin() as f64;
+            for j in &mut self.judge {
+                j.seen_lines = 0.0;
+                j.unseen_lines = 0.0;
+            }
+            for b in &self.bins {
+                if b.zone != NOWHERE {
+                    let t = b.tenant as usize;
+                    if self.judge.len() <= t {
+                        self.judge.resize(t + 1, FillJudge::default());
+                    }
+                    let seen = f64::from(b.basis.count_ones());
+                    self.judge[t].seen_lines += seen;
+                    self.judge[t].unseen_lines += lpb - seen;
+                }
+            }
+        }
+    }
+
+    /// [`BinFill::Adaptive`], at an epoch end before the bins are chosen:
+    /// a tenant's bins are placed whole while the lines it had not accessed
+    /// yet earn as many accesses per line as those it had (its neighbours
+    /// are read: sequential or clustered data), and only the accessed lines
+    /// otherwise (scattered data, where whole bins fill flash with lines
+    /// nobody reads). Both are measured under either fill: an access to an
+    /// unseen line of a placed bin counts whether it hit or not. The values
+    /// are smoothed over epochs (half each).
+    pub fn adapt_fill(&mut self) {
+        if self.fill != BinFill::Adaptive {
+            return;
+        }
+        self.whole.resize(self.judge.len(), true);
+        let (reuse, seen) = self
+            .judge
+            .iter()
+            .fold((0.0, 0.0), |(r, s), j| (r + j.reuse, s + j.seen_lines));
+        if seen > 0.0 {
+            self.reuse_per_line = 0.5 * self.reuse_per_line + 0.5 * reuse / seen;
+        }
+        for (t, j) in self.judge.iter_mut().enumerate() {
+            if j.unseen_lines > 0.0 {
+                j.fresh_per_line = 0.5 * j.fresh_per_line + 0.5 * j.fresh / j.unseen_lines;
+                self.whole[t] = j.fresh_per_line >= self.reuse_per_line;
+            }
+            j.reuse = 0.0;
+            j.fresh = 0.0;
+        }
     }
 
     /// Ages the long-term popularity with this epoch's counts:
@@ -273,6 +488,33 @@ pub(crate) fn keep_top(v: &mut Vec<(f64, u64, u32)>, k: usize) {
         }
         v.truncate(k);
     }
+}
+
+/// Keeps in `v` the best candidates (by [`by_score_desc`]) whose footprints
+/// fit in `budget` lines, taking them best first and passing over any that
+/// no longer fits (a smaller one after it may); returns the lines they take.
+/// With every footprint equal this is [`keep_top`] of `budget / footprint`.
+pub(crate) fn keep_top_lines(v: &mut Vec<(f64, u64, u32)>, budget: u64, bins: &Bins) -> u64 {
+    let total: u64 = v.iter().map(|c| bins.footprint(c.2)).sum();
+    if total <= budget {
+        return total;
+    }
+    if bins.fill == BinFill::WholeBin {
+        let lpb = bins.lines_per_bin();
+        keep_top(v, (budget / lpb) as usize);
+        return v.len() as u64 * lpb;
+    }
+    v.sort_unstable_by(by_score_desc);
+    let mut used = 0;
+    v.retain(|c| {
+        let f = bins.footprint(c.2);
+        let fits = used + f <= budget;
+        if fits {
+            used += f;
+        }
+        fits
+    });
+    used
 }
 
 #[cfg(test)]

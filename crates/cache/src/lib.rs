@@ -21,6 +21,10 @@
 //! | `grem` | GREM: long-term zone reserved by aged popularity, short-term zone competed (Algorithm 1) | 128 KiB | at epoch ends |
 //! | `dgrem` | D-GREM: GREM plus burst detector and dynamic zone sizes | 128 KiB | at epoch ends |
 //!
+//! The four coarse policies place whole bins by default; [`BinFill`] lets them
+//! place only the lines of a bin that were read, or choose per tenant from
+//! what its reads show (`adaptive`, ours).
+//!
 //! Addresses are in *blocks* of [`BLOCK_BYTES`] (4 KiB): an [`Access`] names one
 //! block of one address space. A policy caches whole *lines* of
 //! [`CachePolicy::line_blocks`] blocks; capacities, evictions and admissions
@@ -285,6 +289,51 @@ pub enum CacheError {
     Input(String),
 }
 
+/// What of a chosen bin the coarse policies (vFRM, isolation, GREM, D-GREM)
+/// put in flash.
+///
+/// Why a choice: the GREM paper keeps popularity per 1 MiB bin and caches in
+/// 128 KiB lines, but does not say whether a chosen bin brings all its lines.
+/// On scattered data (a few hot blocks per bin) whole bins fill the flash
+/// with lines nobody asked for; the accessed lines take an eighth of that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BinFill {
+    /// Every line of the bin: a bin takes `bin_bytes` of flash.
+    #[default]
+    WholeBin,
+    /// The lines of the bin accessed since it was first seen; lines first
+    /// accessed while the bin is placed are added at the next epoch end.
+    AccessedLines,
+    /// Per tenant, whichever of the two its accesses show pays
+    /// (see `Bins::adapt_fill`).
+    Adaptive,
+}
+
+impl fmt::Display for BinFill {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BinFill::WholeBin => "whole-bin",
+            BinFill::AccessedLines => "accessed-lines",
+            BinFill::Adaptive => "adaptive",
+        })
+    }
+}
+
+impl FromStr for BinFill {
+    type Err = CacheError;
+    fn from_str(s: &str) -> Result<Self, CacheError> {
+        match s {
+            "whole-bin" => Ok(BinFill::WholeBin),
+            "accessed-lines" => Ok(BinFill::AccessedLines),
+            "adaptive" => Ok(BinFill::Adaptive),
+            other => Err(CacheError::Config(format!(
+                "bin fill {other:?}: expected whole-bin, accessed-lines or adaptive"
+            ))),
+        }
+    }
+}
+
 /// Parameters of the policies. Defaults are the paper's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -295,6 +344,9 @@ pub struct PolicyConfig {
     pub coarse_line_bytes: u64,
     /// Bin size of the coarse policies (unit of popularity and placement), bytes; 1 MiB.
     pub bin_bytes: u64,
+    /// What of a bin the coarse policies put in flash when they choose it:
+    /// every line, or the lines accessed (see [`BinFill`]).
+    pub bin_fill: BinFill,
     /// Epoch length of the coarse policies, seconds; 300 (5 minutes).
     pub epoch_secs: f64,
     /// Weight of the old long-term popularity at each epoch end (GREM's aging
@@ -321,6 +373,7 @@ impl Default for PolicyConfig {
             fine_line_bytes: BLOCK_BYTES,
             coarse_line_bytes: 128 << 10,
             bin_bytes: 1 << 20,
+            bin_fill: BinFill::default(),
             epoch_secs: 300.0,
             aging: 0.5,
             beta: 0.6,
@@ -351,6 +404,14 @@ impl PolicyConfig {
             return bad(format!(
                 "bin_bytes = {} is smaller than coarse_line_bytes = {}",
                 self.bin_bytes, self.coarse_line_bytes
+            ));
+        }
+        if self.bin_bytes / self.coarse_line_bytes > 64 {
+            return bad(format!(
+                "bin_bytes = {} holds {} lines of coarse_line_bytes = {}: at most 64",
+                self.bin_bytes,
+                self.bin_bytes / self.coarse_line_bytes,
+                self.coarse_line_bytes
             ));
         }
         if !(self.epoch_secs.is_finite() && self.epoch_secs > 0.0) {
@@ -662,6 +723,13 @@ mod tests {
                 },
                 "bin_bytes",
             ),
+            (
+                PolicyConfig {
+                    coarse_line_bytes: 4096,
+                    ..ok.clone()
+                },
+                "at most 64",
+            ),
         ];
         for (cfg, field) in cases {
             let e = cfg.validate().unwrap_err().to_string();
@@ -682,5 +750,15 @@ mod tests {
         let c: PolicyConfig = toml::from_str("alpha = 0.3").unwrap();
         assert_eq!(c.alpha, 0.3);
         assert_eq!(c.beta, 0.6);
+        assert_eq!(c.bin_fill, BinFill::WholeBin);
+        let c = PolicyConfig::from_toml("bin_fill = \"adaptive\"").unwrap();
+        assert_eq!(c.bin_fill, BinFill::Adaptive);
+        let e = PolicyConfig::from_toml("bin_fill = \"half\"").unwrap_err();
+        assert!(e.to_string().contains("bin_fill"), "{e}");
+        for f in [BinFill::WholeBin, BinFill::AccessedLines, BinFill::Adaptive] {
+            assert_eq!(f.to_string().parse::<BinFill>().unwrap(), f);
+        }
+        let e = "half".parse::<BinFill>().unwrap_err().to_string();
+        assert!(e.contains("whole-bin, accessed-lines or adaptive"), "{e}");
     }
 }

@@ -9,7 +9,7 @@ use cache::policy::car::Car;
 use cache::policy::dgrem::Dgrem;
 use cache::policy::glru::Glru;
 use cache::policy::grem::Grem;
-use cache::{Access, CachePolicy, Events, Key, PolicyConfig, PolicyKind};
+use cache::{Access, BinFill, CachePolicy, Events, Key, PolicyConfig, PolicyKind};
 use proptest::prelude::*;
 
 fn acc(t: u64, x: u64) -> Access {
@@ -267,16 +267,20 @@ proptest! {
         }
     }
 
-    /// For every policy: what the events say is resident is exactly what
-    /// `contains` says, it never exceeds the capacity, and resizing keeps it so.
+    /// For every policy, and every bin fill of the coarse ones: what the
+    /// events say is resident is exactly what `contains` says, it never
+    /// exceeds the capacity, and resizing keeps it so.
     #[test]
     fn every_policy_respects_capacity_and_reports_every_move(
         ops in prop::collection::vec((0u32..3, 0u64..3000, any::<bool>(), 0u64..3), 1..1500),
         mib in 1u64..6,
         shrink in 1u64..4,
     ) {
-        let cfg = PolicyConfig { epoch_secs: 1.0, ..PolicyConfig::default() };
-        for &kind in PolicyKind::ALL {
+        for (fill, &kind) in [BinFill::WholeBin, BinFill::AccessedLines, BinFill::Adaptive]
+            .into_iter()
+            .flat_map(|f| PolicyKind::ALL.iter().map(move |k| (f, k)))
+        {
+            let cfg = PolicyConfig { epoch_secs: 1.0, bin_fill: fill, ..PolicyConfig::default() };
             let mut p = kind.build(mib << 20, &cfg).unwrap();
             let lb = p.line_blocks();
             let shift = lb.trailing_zeros();

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use blockdev::{BlockDev, MemDev};
 use cache::cost::OpCounts;
 use cache::sim::{run_one, FileSource, Source};
-use cache::{CostModel, PolicyConfig, PolicyKind, SimConfig, WritePolicy};
+use cache::{BinFill, CostModel, PolicyConfig, PolicyKind, SimConfig, WritePolicy};
 use clock::VirtualClock;
 use tier::{CacheTier, TierSetup, VolumeSpec};
 use trace::{Format, Op};
@@ -37,9 +37,10 @@ fn trace_path() -> PathBuf {
     d.join(FILE)
 }
 
-fn policy_config() -> PolicyConfig {
+fn policy_config(fill: BinFill) -> PolicyConfig {
     PolicyConfig {
         epoch_secs: 5.0,
+        bin_fill: fill,
         ..PolicyConfig::default()
     }
 }
@@ -55,14 +56,14 @@ struct Tally {
     baseline_ops: OpCounts,
 }
 
-fn simulate(kind: PolicyKind, cache_bytes: u64, wp: WritePolicy) -> Tally {
+fn simulate(kind: PolicyKind, cache_bytes: u64, wp: WritePolicy, fill: BinFill) -> Tally {
     let sources: Vec<Box<dyn Source>> = vec![Box::new(FileSource {
         name: FILE.into(),
         format: Format::Msr,
         path: trace_path(),
     })];
     let cfg = SimConfig {
-        policy: policy_config(),
+        policy: policy_config(fill),
         write_policy: wp,
         ..SimConfig::default()
     };
@@ -77,7 +78,7 @@ fn simulate(kind: PolicyKind, cache_bytes: u64, wp: WritePolicy) -> Tally {
     }
 }
 
-fn replay_live(kind: PolicyKind, cache_bytes: u64, wp: WritePolicy) -> Tally {
+fn replay_live(kind: PolicyKind, cache_bytes: u64, wp: WritePolicy, fill: BinFill) -> Tally {
     let reqs: Vec<trace::Request> = trace::open(Format::Msr, trace_path())
         .unwrap()
         .map(Result::unwrap)
@@ -99,7 +100,7 @@ fn replay_live(kind: PolicyKind, cache_bytes: u64, wp: WritePolicy) -> Tally {
         TierSetup {
             name: "golden".into(),
             policy: kind,
-            policy_config: policy_config(),
+            policy_config: policy_config(fill),
             cache_bytes,
             volumes: sizes
                 .iter()
@@ -163,15 +164,15 @@ fn replay_live(kind: PolicyKind, cache_bytes: u64, wp: WritePolicy) -> Tally {
     t
 }
 
-fn check(kind: PolicyKind, cache_bytes: u64) {
+fn check(kind: PolicyKind, cache_bytes: u64, fill: BinFill) {
     let model = CostModel::default();
     let mut hits = Vec::new();
     for wp in WritePolicy::ALL {
-        let sim = simulate(kind, cache_bytes, wp);
-        let live = replay_live(kind, cache_bytes, wp);
+        let sim = simulate(kind, cache_bytes, wp, fill);
+        let live = replay_live(kind, cache_bytes, wp, fill);
         assert_eq!(
             live, sim,
-            "{kind} under {wp}: live tier (left) and simulator (right)"
+            "{kind} ({fill}) under {wp}: live tier (left) and simulator (right)"
         );
         let (a, b) = (model.cost_us(&live.ops), model.cost_us(&sim.ops));
         assert!(
@@ -179,7 +180,7 @@ fn check(kind: PolicyKind, cache_bytes: u64) {
             "{kind} {wp}: cost {a} against {b}"
         );
         eprintln!(
-            "{kind} {wp}: hits {}/{} reads, {}/{} writes, normalised cost {:.4}",
+            "{kind} ({fill}) {wp}: hits {}/{} reads, {}/{} writes, normalised cost {:.4}",
             sim.read_hits,
             sim.read_hits + sim.read_misses,
             sim.write_hits,
@@ -196,10 +197,16 @@ fn check(kind: PolicyKind, cache_bytes: u64) {
 
 #[test]
 fn glru_live_tier_matches_the_simulator_on_msr_hm0() {
-    check(PolicyKind::Glru, 2 << 20);
+    check(PolicyKind::Glru, 2 << 20, BinFill::WholeBin);
 }
 
 #[test]
 fn dgrem_live_tier_matches_the_simulator_on_msr_hm0() {
-    check(PolicyKind::Dgrem, 8 << 20);
+    check(PolicyKind::Dgrem, 8 << 20, BinFill::WholeBin);
+}
+
+/// Partial bins: the tier copies, serves and drops single lines of a bin.
+#[test]
+fn dgrem_with_adaptive_fill_live_tier_matches_the_simulator_on_msr_hm0() {
+    check(PolicyKind::Dgrem, 2 << 20, BinFill::Adaptive);
 }

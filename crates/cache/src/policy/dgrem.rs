@@ -78,8 +78,9 @@ impl Detector {
 }
 
 impl ZoneSizer for Detector {
-    fn short_bins(&mut self, core: &GremCore) -> u64 {
+    fn short_lines(&mut self, core: &GremCore) -> u64 {
         let total = core.bins.cap_bins;
+        let lpb = core.bins.lines_per_bin();
         // Record the ended epoch.
         let mut list = self.spare.pop().unwrap_or_default();
         list.clear();
@@ -128,6 +129,13 @@ impl ZoneSizer for Detector {
                     .get(&k)
                     .is_some_and(|&i| core.bins.bins[i as usize].zone == LONG)
             };
+            // A qualifying bin asks for the flash it would take.
+            let footprint = |k: u64| {
+                core.bins
+                    .map
+                    .get(&k)
+                    .map_or(lpb, |&i| core.bins.footprint(i))
+            };
             let (mut sum, mut lt) = (0u64, 0u64);
             for &(k, c) in &counts {
                 if in_long(k) {
@@ -143,7 +151,8 @@ impl ZoneSizer for Detector {
             counts
                 .iter()
                 .filter(|&&(k, c)| !in_long(k) && c as f64 > th)
-                .count() as u64
+                .map(|&(k, _)| footprint(k))
+                .sum::<u64>()
         } else {
             let hv_l = core.bins.hit_volume[LONG as usize];
             let hv_s = core.bins.hit_volume[crate::bins::SHORT as usize];
@@ -153,11 +162,11 @@ impl ZoneSizer for Detector {
                 0
             } else {
                 let rho = self.alpha * hv_l as f64 / hv_s as f64;
-                (total as f64 / (1.0 + rho)).round() as u64
+                (total as f64 / (1.0 + rho)).round() as u64 * lpb
             }
         };
-        let min = self.min_bins(total);
-        want.clamp(min, total - min)
+        let min = self.min_bins(total) * lpb;
+        want.clamp(min, total * lpb - min)
     }
 }
 
@@ -232,10 +241,12 @@ impl CachePolicy for Dgrem {
     fn resize(&mut self, total_lines: u64, events: &mut Events) -> Result<(), CacheError> {
         let bins = self.core.resize_lines(total_lines)?;
         let old = self.core.bins.cap_bins;
-        let short = (self.core.cap_short as u128 * bins as u128 / old as u128) as u64;
+        let lpb = self.core.bins.lines_per_bin();
+        // Z_S keeps its share of the cache, in whole bins' worth of lines.
+        let short = (self.core.cap_short as u128 * bins as u128 / old as u128) as u64 / lpb;
         let min = self.detector.min_bins(bins);
         self.core
-            .resize_bins(bins, short.clamp(min, bins - min), events);
+            .resize_bins(bins, short.clamp(min, bins - min) * lpb, events);
         Ok(())
     }
 

@@ -8,10 +8,10 @@
 //! At each epoch end (Algorithm 1 of the paper):
 //! 1. the history (aged popularity) of every bin is updated:
 //!    `history = aging * history + count in the epoch that ended`;
-//! 2. `UpdateLongTermZone`: `Z_L` holds the `C_ZL` bins with the highest
-//!    history (all of them if there are fewer); bins that drop out form
-//!    `evictBin`. A tenant's reservation `C_ZL(i)` is the size of its bins in
-//!    `Z_L`, so reservations follow long-term popularity;
+//! 2. `UpdateLongTermZone`: `Z_L` holds the bins with the highest history
+//!    that fit in its `C_ZL` lines (all of them if they fit); bins that drop
+//!    out form `evictBin`. A tenant's reservation `C_ZL(i)` is the size of its
+//!    bins in `Z_L`, so reservations follow long-term popularity;
 //! 3. `UpdateShortTermZone`: while the whole history fits in the cache
 //!    (warm-up, case 1) every remaining history bin goes to `Z_S`; otherwise
 //!    (case 2) the bins of the ended epoch that are not in `Z_L` compete on
@@ -20,19 +20,26 @@
 //!    `Z_S` and `evictBin` by history.
 //!
 //! Between epochs a miss does not admit: it is served by the disk.
+//!
+//! Zones and the cache are counted in lines, because a placed bin need not
+//! take all its lines ([`crate::BinFill`]): with whole bins (the default)
+//! every bin takes `bin_bytes / coarse_line_bytes` lines and the counts are
+//! the paper's bin counts; with partial bins the top bins are taken best
+//! first while they fit, passing over any that does not.
 
-use crate::bins::{keep_top, Bins, LONG, NOWHERE, SHORT};
+use crate::bins::{keep_top_lines, Bins, LONG, NOWHERE, SHORT};
 use crate::policy::push_occupancy;
 use crate::{
     bump, Access, CacheError, CachePolicy, Events, Key, Outcome, PolicyConfig, PolicyKind,
     TenantOccupancy, Zones,
 };
 
-/// Chooses the size of the short-term zone (in bins) at an epoch end, before
-/// GREM refills the zones. GREM's is fixed; D-GREM's is its burst detector.
+/// Chooses the size of the short-term zone (in lines) at an epoch end,
+/// before GREM refills the zones. GREM's is fixed; D-GREM's is its burst
+/// detector.
 pub(crate) trait ZoneSizer {
-    /// The new `C_ZS` in bins (the caller clamps it to the cache).
-    fn short_bins(&mut self, core: &GremCore) -> u64;
+    /// The new `C_ZS` in lines (the caller clamps it to the cache).
+    fn short_lines(&mut self, core: &GremCore) -> u64;
 }
 
 /// The two-zone machinery shared by GREM and D-GREM.
@@ -41,7 +48,7 @@ pub(crate) struct GremCore {
     pub bins: Bins,
     kind: PolicyKind,
     aging: f64,
-    /// `C_ZS` in bins; `C_ZL` is the rest.
+    /// `C_ZS` in lines; `C_ZL` is the rest.
     pub cap_short: u64,
     cand: Vec<(f64, u64, u32)>,
     zone: Vec<u8>,
@@ -52,7 +59,7 @@ pub(crate) struct GremCore {
 impl GremCore {
     pub fn new(kind: PolicyKind, cache_bytes: u64, cfg: &PolicyConfig) -> Result<Self, CacheError> {
         let bins = Bins::new(kind, cache_bytes, cfg)?;
-        let cap_short = bins.cap_bins / 2;
+        let cap_short = bins.cap_bins / 2 * bins.lines_per_bin();
         Ok(GremCore {
             bins,
             kind,
@@ -64,9 +71,9 @@ impl GremCore {
         })
     }
 
-    /// `C_ZL` in bins.
+    /// `C_ZL` in lines.
     pub fn cap_long(&self) -> u64 {
-        self.bins.cap_bins - self.cap_short
+        self.bins.cap_lines() - self.cap_short
     }
 
     #[inline]
@@ -78,8 +85,8 @@ impl GremCore {
     ) -> Outcome {
         let passed = self.bins.epochs_passed(a.time_ns);
         for _ in 0..passed.min(64) {
-            let s = sizer.short_bins(self);
-            self.cap_short = s.min(self.bins.cap_bins);
+            let s = sizer.short_lines(self);
+            self.cap_short = s.min(self.bins.cap_lines());
             self.end_epoch(events);
         }
         if passed > 64 {
@@ -94,9 +101,10 @@ impl GremCore {
 
     /// Algorithm 1, then the moves it implies.
     fn end_epoch(&mut self, events: &mut Events) {
+        self.bins.adapt_fill();
         self.bins.age(self.aging);
         let n = self.bins.bins.len();
-        let (cap_long, cap_short) = (self.cap_long() as usize, self.cap_short as usize);
+        let (cap_long, cap_short) = (self.cap_long(), self.cap_short);
         self.zone.clear();
         self.zone.resize(n, NOWHERE);
 
@@ -107,8 +115,8 @@ impl GremCore {
                 self.cand.push((b.hist, b.key, i as u32));
             }
         }
-        let history = self.cand.len();
-        keep_top(&mut self.cand, cap_long);
+        let history: u64 = self.cand.iter().map(|c| self.bins.footprint(c.2)).sum();
+        keep_top_lines(&mut self.cand, cap_long, &self.bins);
         for &(_, _, i) in &self.cand {
             self.zone[i as usize] = LONG;
         }
@@ -130,13 +138,14 @@ impl GremCore {
                     self.cand.push((f64::from(b.curr), b.key, i));
                 }
             }
-            if self.cand.len() >= cap_short {
-                keep_top(&mut self.cand, cap_short);
+            let want: u64 = self.cand.iter().map(|c| self.bins.footprint(c.2)).sum();
+            if want >= cap_short {
+                keep_top_lines(&mut self.cand, cap_short, &self.bins);
                 for &(_, _, i) in &self.cand {
                     self.zone[i as usize] = SHORT;
                 }
             } else {
-                let room = cap_short - self.cand.len();
+                let room = cap_short - want;
                 for &(_, _, i) in &self.cand {
                     self.zone[i as usize] = SHORT;
                 }
@@ -148,7 +157,7 @@ impl GremCore {
                         self.cand.push((b.hist, b.key, i as u32));
                     }
                 }
-                keep_top(&mut self.cand, room);
+                keep_top_lines(&mut self.cand, room, &self.bins);
                 for &(_, _, i) in &self.cand {
                     self.zone[i as usize] = SHORT;
                 }
@@ -160,21 +169,26 @@ impl GremCore {
         self.bins.next_epoch();
     }
 
+    /// A tenant's reservation: the lines of its bins in `Z_L`.
     fn count_reserved(&mut self) {
         self.reserved.iter_mut().for_each(|r| *r = 0);
         for b in &self.bins.bins {
             if b.zone == LONG {
-                bump(&mut self.reserved, b.tenant, 1);
+                bump(
+                    &mut self.reserved,
+                    b.tenant,
+                    u64::from(b.cached.count_ones()),
+                );
             }
         }
     }
 
-    /// Changes the cache to `bins` bins with `short` of them in `Z_S`,
+    /// Changes the cache to `bins` bins with `short` lines in `Z_S`,
     /// evicting the least popular bins of each zone at once if it shrinks.
     pub fn resize_bins(&mut self, bins: u64, short: u64, events: &mut Events) {
         self.bins.cap_bins = bins;
-        self.cap_short = short.min(bins);
-        let caps = [0, self.cap_long() as usize, self.cap_short as usize];
+        self.cap_short = short.min(self.bins.cap_lines());
+        let caps = [0, self.cap_long(), self.cap_short];
         self.zone.clear();
         self.zone.resize(self.bins.bins.len(), NOWHERE);
         for z in [LONG, SHORT] {
@@ -184,12 +198,12 @@ impl GremCore {
                     self.cand.push((b.hist, b.key, i as u32));
                 }
             }
-            keep_top(&mut self.cand, caps[z as usize]);
+            keep_top_lines(&mut self.cand, caps[z as usize], &self.bins);
             for &(_, _, i) in &self.cand {
                 self.zone[i as usize] = z;
             }
         }
-        self.bins.apply(&self.zone, events);
+        self.bins.apply_shrink(&self.zone, events);
         self.count_reserved();
     }
 
@@ -210,21 +224,17 @@ impl GremCore {
     }
 
     pub fn len(&self) -> u64 {
-        self.bins.placed * self.bins.lines_per_bin()
+        self.bins.placed
     }
 
     pub fn occupancy(&self, out: &mut Vec<TenantOccupancy>) {
-        let lpb = self.bins.lines_per_bin();
-        let res: Vec<u64> = self.bins.resident.iter().map(|b| b * lpb).collect();
-        let rsv: Vec<u64> = self.reserved.iter().map(|b| b * lpb).collect();
-        push_occupancy(&res, Some(&rsv), out);
+        push_occupancy(&self.bins.resident, Some(&self.reserved), out);
     }
 
     pub fn zones(&self) -> Zones {
-        let lpb = self.bins.lines_per_bin();
         Zones {
-            long_term_lines: self.cap_long() * lpb,
-            short_term_lines: self.cap_short * lpb,
+            long_term_lines: self.cap_long(),
+            short_term_lines: self.cap_short,
         }
     }
 
@@ -247,8 +257,8 @@ impl GremCore {
 struct HalfHalf;
 
 impl ZoneSizer for HalfHalf {
-    fn short_bins(&mut self, core: &GremCore) -> u64 {
-        core.bins.cap_bins / 2
+    fn short_lines(&mut self, core: &GremCore) -> u64 {
+        core.bins.cap_bins / 2 * core.bins.lines_per_bin()
     }
 }
 
@@ -300,7 +310,8 @@ impl CachePolicy for Grem {
 
     fn resize(&mut self, total_lines: u64, events: &mut Events) -> Result<(), CacheError> {
         let bins = self.core.resize_lines(total_lines)?;
-        self.core.resize_bins(bins, bins / 2, events);
+        let lpb = self.core.bins.lines_per_bin();
+        self.core.resize_bins(bins, bins / 2 * lpb, events);
         Ok(())
     }
 
@@ -396,5 +407,122 @@ mod tests {
         assert!(c.len() <= 8);
         assert_eq!(ev.evicted.len(), 24);
         assert!(c.resize(7, &mut ev).is_err());
+    }
+
+    /// Block `line` * 32 of `bin`: the first block of that 128 KiB line.
+    fn at(t: u64, tenant: u32, bin: u64, line: u64) -> Access {
+        Access {
+            time_ns: t,
+            tenant,
+            key: Key::new(tenant, (bin << 8) + line * 32).unwrap(),
+            write: false,
+        }
+    }
+
+    fn with_fill(fill: crate::BinFill) -> PolicyConfig {
+        PolicyConfig {
+            bin_fill: fill,
+            ..cfg()
+        }
+    }
+
+    #[test]
+    fn accessed_lines_take_only_the_lines_that_were_read() {
+        // Ten bins with one line read each, in a cache of two bins.
+        let mut whole = Grem::new(2 << 20, &cfg()).unwrap();
+        let mut lines = Grem::new(2 << 20, &with_fill(crate::BinFill::AccessedLines)).unwrap();
+        let mut ev = Events::new();
+        for c in [&mut whole, &mut lines] {
+            for b in 0..10 {
+                c.access(at(0, 0, b, 0), &mut ev);
+            }
+        }
+        let hits = |c: &mut Grem, ev: &mut Events| -> usize {
+            (0..10)
+                .filter(|&b| c.access(at(SEC, 0, b, 0), ev).hit)
+                .count()
+        };
+        assert_eq!(hits(&mut whole, &mut ev), 2, "two whole bins fit");
+        assert_eq!(hits(&mut lines, &mut ev), 10, "ten lines fit");
+        assert_eq!(lines.len(), 10);
+        assert_eq!(whole.len(), 16);
+        // A line first read while its bin is placed misses, and is placed at
+        // the next epoch end.
+        assert!(!lines.access(at(SEC, 0, 3, 5), &mut ev).hit);
+        ev.clear();
+        assert!(lines.access(at(2 * SEC, 0, 3, 5), &mut ev).hit);
+        assert_eq!(lines.len(), 11);
+        assert_eq!(ev.migrated_in.len(), 1, "only the new line moved: {ev:?}");
+    }
+
+    #[test]
+    fn adaptive_fill_places_neighbours_only_for_a_tenant_that_reads_them() {
+        // Cache of 4 bins (32 lines). Tenant 0 rereads line 0 of 12 bins
+        // four times an epoch (scattered); tenant 1 scans, reading the lines
+        // of a bin in the epoch after it first touched it (its neighbours
+        // are read, 32 blocks a line). Everything seen would take 12 + 8 x (bins of tenant 1)
+        // lines, far over the cache, so the fill decides what fits.
+        let mut c = Grem::new(4 << 20, &with_fill(crate::BinFill::Adaptive)).unwrap();
+        let mut ev = Events::new();
+        for e in 0..12u64 {
+            let t = e * SEC;
+            for _ in 0..4 {
+                for b in 0..12 {
+                    c.access(at(t, 0, b, 0), &mut ev);
+                }
+            }
+            // Tenant 1 scans: the first line of bin 100 + e, then, block
+            // by block, the rest of the bin it started in the epoch before.
+            c.access(at(t, 1, 100 + e, 0), &mut ev);
+            if e > 0 {
+                for blk in 32..256 {
+                    let key = Key::new(1, ((99 + e) << 8) + blk).unwrap();
+                    c.access(
+                        Access {
+                            time_ns: t,
+                            tenant: 1,
+                            key,
+                            write: false,
+                        },
+                        &mut ev,
+                    );
+                }
+            }
+            ev.clear();
+        }
+        assert!(
+            !c.core.bins.places_whole(0),
+            "the scattered tenant gets its lines only"
+        );
+        assert!(
+            c.core.bins.places_whole(1),
+            "the clustered tenant gets whole bins"
+        );
+        assert!(c.len() <= c.capacity());
+        // The scattered tenant's twelve lines stay in flash.
+        let t = 12 * SEC;
+        let hits = (0..12)
+            .filter(|&b| c.access(at(t, 0, b, 0), &mut ev).hit)
+            .count();
+        assert_eq!(hits, 12);
+    }
+
+    #[test]
+    fn adaptive_fill_lends_free_flash_to_whole_bins() {
+        // One tenant, scattered (one line per bin, reread), in a cache with
+        // room for every bin whole: the space nobody else wants holds the
+        // neighbours too.
+        let mut c = Grem::new(8 << 20, &with_fill(crate::BinFill::Adaptive)).unwrap();
+        let mut ev = Events::new();
+        for e in 0..4u64 {
+            for b in 0..4 {
+                for _ in 0..8 {
+                    c.access(at(e * SEC, 0, b, 0), &mut ev);
+                }
+            }
+        }
+        assert!(!c.core.bins.places_whole(0));
+        assert_eq!(c.len(), 32, "four whole bins in the free flash");
+        assert!(c.access(at(4 * SEC, 0, 2, 7), &mut ev).hit);
     }
 }

@@ -18,7 +18,7 @@
 //! is the paper's *performance isolation* baseline: [`super::isolation`],
 //! built here with [`Sharing::PerTenant`].
 
-use crate::bins::{keep_top, Bins, LONG, NOWHERE};
+use crate::bins::{keep_top_lines, Bins, LONG, NOWHERE};
 use crate::policy::push_occupancy;
 use crate::{
     Access, CacheError, CachePolicy, Events, Key, Outcome, PolicyConfig, PolicyKind,
@@ -79,11 +79,11 @@ impl Vfrm {
         }
     }
 
-    /// Bins the candidate list `pool` may keep.
-    fn room(&self, pool: usize) -> usize {
+    /// Lines the candidate list `pool` may keep.
+    fn room(&self, pool: usize) -> u64 {
         match self.sharing {
-            Sharing::Fair => self.bins.cap_bins as usize,
-            Sharing::PerTenant => self.shares[pool] as usize,
+            Sharing::Fair => self.bins.cap_lines(),
+            Sharing::PerTenant => self.shares[pool] * self.bins.lines_per_bin(),
         }
     }
 
@@ -118,6 +118,7 @@ impl Vfrm {
     }
 
     fn end_epoch(&mut self, events: &mut Events) {
+        self.bins.adapt_fill();
         self.compute_shares();
         let n = match self.sharing {
             Sharing::Fair => 1,
@@ -145,7 +146,7 @@ impl Vfrm {
         self.zone.resize(self.bins.bins.len(), NOWHERE);
         let mut scratch = std::mem::take(&mut self.scratch);
         for (t, v) in scratch.iter_mut().enumerate() {
-            keep_top(v, self.room(t));
+            keep_top_lines(v, self.room(t), &self.bins);
             for &(_, _, i) in v.iter() {
                 self.zone[i as usize] = LONG;
             }
@@ -175,7 +176,7 @@ impl CachePolicy for Vfrm {
     }
 
     fn len(&self) -> u64 {
-        self.bins.placed * self.bins.lines_per_bin()
+        self.bins.placed
     }
 
     #[inline]
@@ -224,23 +225,23 @@ impl CachePolicy for Vfrm {
         self.zone.clear();
         self.zone.resize(self.bins.bins.len(), NOWHERE);
         for (t, v) in per.iter_mut().enumerate() {
-            keep_top(v, self.room(t));
+            keep_top_lines(v, self.room(t), &self.bins);
             for &(_, _, i) in v.iter() {
                 self.zone[i as usize] = LONG;
             }
         }
-        self.bins.apply(&self.zone, events);
+        self.bins.apply_shrink(&self.zone, events);
         Ok(())
     }
 
     fn occupancy(&self, out: &mut Vec<TenantOccupancy>) {
         let lpb = self.bins.lines_per_bin();
-        let res: Vec<u64> = self.bins.resident.iter().map(|b| b * lpb).collect();
+        let res = &self.bins.resident;
         match self.sharing {
-            Sharing::Fair => push_occupancy(&res, None, out),
+            Sharing::Fair => push_occupancy(res, None, out),
             Sharing::PerTenant => {
                 let shares: Vec<u64> = self.shares.iter().map(|b| b * lpb).collect();
-                push_occupancy(&res, Some(&shares), out);
+                push_occupancy(res, Some(&shares), out);
             }
         }
     }
