@@ -64,6 +64,11 @@ pub struct CacheArgs {
     /// were accessed). Overrides the policy config.
     #[arg(long, value_name = "FILL", value_parser = parse_bin_fill)]
     pub bin_fill: Option<cache::BinFill>,
+    /// vFRM, isolation, GREM and D-GREM: a read miss copies its line into
+    /// flash at once while flash is free (eviction stays at epoch ends).
+    /// Sets the policy config's fill_free_flash.
+    #[arg(long)]
+    pub fill_free_flash: bool,
     /// How writes reach the disk: write-through (every write goes to the
     /// HDD too; nothing is ever dirty; the live tier's default) or write-back
     /// (writes that hit or are admitted stay in the SSD until their line is
@@ -130,6 +135,9 @@ fn config(a: &CacheArgs) -> Result<SimConfig> {
     }
     if let Some(f) = a.bin_fill {
         policy.bin_fill = f;
+    }
+    if a.fill_free_flash {
+        policy.fill_free_flash = true;
     }
     let cost: CostModel = match &a.cost_config {
         Some(p) => CostModel::from_toml(&read_file(p, "cost config")?)
@@ -499,6 +507,15 @@ mod tests {
             config(&a).unwrap().policy.bin_fill,
             cache::BinFill::Adaptive
         );
+        assert!(!config(&a).unwrap().policy.fill_free_flash);
+        let a = args(&[
+            "--trace",
+            "disksim:t",
+            "--cache-size",
+            "1M",
+            "--fill-free-flash",
+        ]);
+        assert!(config(&a).unwrap().policy.fill_free_flash);
         let e = Cli::try_parse_from(["x", "--trace", "disksim:t", "--bin-fill", "half"])
             .err()
             .unwrap()

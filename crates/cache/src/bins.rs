@@ -65,6 +65,9 @@ pub(crate) struct Bins {
     pub cap_bins: u64,
     /// What of a chosen bin is placed.
     pub fill: BinFill,
+    /// Whether a read miss fills free flash at once
+    /// ([`PolicyConfig::fill_free_flash`]).
+    fill_free: bool,
     pub epoch_ns: u64,
     /// End of the current epoch; `None` before the first access.
     pub epoch_end: Option<u64>,
@@ -133,6 +136,7 @@ impl Bins {
             bin_shift: (cfg.bin_bytes / BLOCK_BYTES).trailing_zeros(),
             cap_bins,
             fill: cfg.bin_fill,
+            fill_free: cfg.fill_free_flash,
             epoch_ns: cfg.epoch_ns(),
             epoch_end: None,
             epoch: 0,
@@ -284,6 +288,34 @@ impl Bins {
             }
         }
         (i, hit)
+    }
+
+    /// After access `a` to bin `i` missed: with `fill_free_flash`, a read
+    /// copies its line into flash if flash is free, placing the bin in
+    /// `zone` if it was not (it competes at the next epoch end like any
+    /// other). Evicts nothing. Returns whether it filled.
+    pub fn fill_on_miss(&mut self, i: u32, a: Access, zone: u8, events: &mut Events) -> bool {
+        if !self.fill_free || a.write || self.placed >= self.cap_lines() {
+            return false;
+        }
+        let shift = self.bin_shift - self.line_shift;
+        let off = (a.key.line() & ((1u64 << self.bin_shift) - 1)) >> self.line_shift;
+        let b = &mut self.bins[i as usize];
+        if b.cached >> off & 1 != 0 {
+            return false;
+        }
+        b.cached |= 1 << off;
+        if b.zone == NOWHERE {
+            b.zone = zone;
+            b.basis = b.seen;
+        }
+        let first = Key::from_raw(b.key);
+        events.migrated_in.push(Key::from_raw(
+            (first.raw() & !crate::MAX_LINE) | ((first.line() << shift) + off),
+        ));
+        bump(&mut self.resident, b.tenant, 1);
+        self.placed += 1;
+        true
     }
 
     /// Whether the line holding block `key` is placed.

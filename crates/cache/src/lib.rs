@@ -138,6 +138,10 @@ pub struct Outcome {
     pub hit: bool,
     /// On a miss: the block's line was placed in the cache by this access.
     pub admitted: bool,
+    /// On a miss: the block's line was copied into free flash after the
+    /// miss was served, and is in [`Events::migrated_in`] (coarse policies
+    /// with [`PolicyConfig::fill_free_flash`]).
+    pub filled: bool,
 }
 
 /// Lines that left or entered the cache during one call, beyond the accessed
@@ -347,6 +351,11 @@ pub struct PolicyConfig {
     /// What of a bin the coarse policies put in flash when they choose it:
     /// every line, or the lines accessed (see [`BinFill`]).
     pub bin_fill: BinFill,
+    /// Coarse policies: a read miss copies its 128 KiB line into flash at
+    /// once while flash is free (ours; the paper changes content only at
+    /// epoch ends). Nothing is evicted for it: eviction stays lazy, at epoch
+    /// ends. Off by default.
+    pub fill_free_flash: bool,
     /// Epoch length of the coarse policies, seconds; 300 (5 minutes).
     pub epoch_secs: f64,
     /// Weight of the old long-term popularity at each epoch end (GREM's aging
@@ -374,6 +383,7 @@ impl Default for PolicyConfig {
             coarse_line_bytes: 128 << 10,
             bin_bytes: 1 << 20,
             bin_fill: BinFill::default(),
+            fill_free_flash: false,
             epoch_secs: 300.0,
             aging: 0.5,
             beta: 0.6,

@@ -267,7 +267,8 @@ proptest! {
         }
     }
 
-    /// For every policy, and every bin fill of the coarse ones: what the
+    /// For every policy, and every bin fill of the coarse ones, with and
+    /// without filling free flash on a miss: what the
     /// events say is resident is exactly what `contains` says, it never
     /// exceeds the capacity, and resizing keeps it so.
     #[test]
@@ -276,11 +277,17 @@ proptest! {
         mib in 1u64..6,
         shrink in 1u64..4,
     ) {
-        for (fill, &kind) in [BinFill::WholeBin, BinFill::AccessedLines, BinFill::Adaptive]
+        for (fill, free, &kind) in [BinFill::WholeBin, BinFill::AccessedLines, BinFill::Adaptive]
             .into_iter()
-            .flat_map(|f| PolicyKind::ALL.iter().map(move |k| (f, k)))
+            .flat_map(|f| [(f, false), (f, true)])
+            .flat_map(|(f, free)| PolicyKind::ALL.iter().map(move |k| (f, free, k)))
         {
-            let cfg = PolicyConfig { epoch_secs: 1.0, bin_fill: fill, ..PolicyConfig::default() };
+            let cfg = PolicyConfig {
+                epoch_secs: 1.0,
+                bin_fill: fill,
+                fill_free_flash: free,
+                ..PolicyConfig::default()
+            };
             let mut p = kind.build(mib << 20, &cfg).unwrap();
             let lb = p.line_blocks();
             let shift = lb.trailing_zeros();
@@ -298,7 +305,8 @@ proptest! {
                     prop_assert!(resident.insert(k), "{}: migrated {} twice", kind, k);
                 }
                 let line = key.coarsen(shift);
-                prop_assert_eq!(o.hit, resident.contains(&line) && !o.admitted, "{} hit", kind);
+                prop_assert_eq!(o.hit, resident.contains(&line) && !o.admitted && !o.filled, "{} hit", kind);
+                prop_assert!(!o.filled || (free && !write && resident.contains(&line)), "{} filled", kind);
                 if o.admitted {
                     prop_assert!(!o.hit);
                     prop_assert!(resident.insert(line));

@@ -10,8 +10,9 @@
 //!   flash exactly when it is in the map, and every block in the map holds the
 //!   same bytes as the backing store.
 //!
-//! When a line enters the cache (admitted on a miss, or migrated in at an
-//! epoch end) all of its blocks inside the volume are filled at once, from the
+//! When a line enters the cache (admitted on a miss, migrated in at an epoch
+//! end, or copied into free flash after a read missed it) all of its blocks
+//! inside the volume are filled at once, from the
 //! data of the request when it covers the line, else with one read of the line
 //! from the backing store. When it leaves, its slots go back to the free list.
 //! A policy of capacity `C` lines of `L` blocks never holds more than `C * L`
@@ -952,15 +953,22 @@ impl Shared {
             let at = offset + pos as u64;
             let (block, within) = (at / B, (at % B) as usize);
             let n = (B as usize - within).min(buf.len() - pos);
-            let (_, t) = self.access(&mut st, v, block, false, now)?;
+            let (o, t) = self.access(&mut st, v, block, false, now)?;
             done = done.max(t);
             let k = key(v, block);
-            if let Some(&slot) = st.map.get(&k) {
+            // A line the miss filled into free flash is in the map already;
+            // this block was still a miss (the policy's word), read below.
+            let slot = if o.filled {
+                None
+            } else {
+                st.map.get(&k).copied()
+            };
+            if let Some(slot) = slot {
                 tally.block(true, false);
                 let part = &mut buf[pos..pos + n];
                 done = done.max(self.cache.read(u64::from(slot) * B + within as u64, part)?);
             } else {
-                let admitted = st.policy.contains(k);
+                let admitted = !o.filled && st.policy.contains(k);
                 tally.block(false, admitted);
                 missed.push((block, pos, within, n, admitted));
             }

@@ -37,6 +37,7 @@ fn trace_path() -> PathBuf {
     d.join(FILE)
 }
 
+/// 5-second epochs (the excerpt is two minutes long), the given bin fill.
 fn policy_config(fill: BinFill) -> PolicyConfig {
     PolicyConfig {
         epoch_secs: 5.0,
@@ -56,14 +57,14 @@ struct Tally {
     baseline_ops: OpCounts,
 }
 
-fn simulate(kind: PolicyKind, cache_bytes: u64, wp: WritePolicy, fill: BinFill) -> Tally {
+fn simulate(kind: PolicyKind, cache_bytes: u64, wp: WritePolicy, cfg: &PolicyConfig) -> Tally {
     let sources: Vec<Box<dyn Source>> = vec![Box::new(FileSource {
         name: FILE.into(),
         format: Format::Msr,
         path: trace_path(),
     })];
     let cfg = SimConfig {
-        policy: policy_config(fill),
+        policy: cfg.clone(),
         write_policy: wp,
         ..SimConfig::default()
     };
@@ -78,7 +79,7 @@ fn simulate(kind: PolicyKind, cache_bytes: u64, wp: WritePolicy, fill: BinFill) 
     }
 }
 
-fn replay_live(kind: PolicyKind, cache_bytes: u64, wp: WritePolicy, fill: BinFill) -> Tally {
+fn replay_live(kind: PolicyKind, cache_bytes: u64, wp: WritePolicy, cfg: &PolicyConfig) -> Tally {
     let reqs: Vec<trace::Request> = trace::open(Format::Msr, trace_path())
         .unwrap()
         .map(Result::unwrap)
@@ -100,7 +101,7 @@ fn replay_live(kind: PolicyKind, cache_bytes: u64, wp: WritePolicy, fill: BinFil
         TierSetup {
             name: "golden".into(),
             policy: kind,
-            policy_config: policy_config(fill),
+            policy_config: cfg.clone(),
             cache_bytes,
             volumes: sizes
                 .iter()
@@ -164,15 +165,15 @@ fn replay_live(kind: PolicyKind, cache_bytes: u64, wp: WritePolicy, fill: BinFil
     t
 }
 
-fn check(kind: PolicyKind, cache_bytes: u64, fill: BinFill) {
+fn check(kind: PolicyKind, cache_bytes: u64, cfg: &PolicyConfig) -> u64 {
     let model = CostModel::default();
     let mut hits = Vec::new();
     for wp in WritePolicy::ALL {
-        let sim = simulate(kind, cache_bytes, wp, fill);
-        let live = replay_live(kind, cache_bytes, wp, fill);
+        let sim = simulate(kind, cache_bytes, wp, cfg);
+        let live = replay_live(kind, cache_bytes, wp, cfg);
         assert_eq!(
             live, sim,
-            "{kind} ({fill}) under {wp}: live tier (left) and simulator (right)"
+            "{kind} ({cfg:?}) under {wp}: live tier (left) and simulator (right)"
         );
         let (a, b) = (model.cost_us(&live.ops), model.cost_us(&sim.ops));
         assert!(
@@ -180,7 +181,9 @@ fn check(kind: PolicyKind, cache_bytes: u64, fill: BinFill) {
             "{kind} {wp}: cost {a} against {b}"
         );
         eprintln!(
-            "{kind} ({fill}) {wp}: hits {}/{} reads, {}/{} writes, normalised cost {:.4}",
+            "{kind} ({}, fill free flash {}) {wp}: hits {}/{} reads, {}/{} writes, normalised cost {:.4}",
+            cfg.bin_fill,
+            cfg.fill_free_flash,
             sim.read_hits,
             sim.read_hits + sim.read_misses,
             sim.write_hits,
@@ -193,20 +196,48 @@ fn check(kind: PolicyKind, cache_bytes: u64, fill: BinFill) {
     // not change what it hits.
     assert!(hits[0] > 0, "{kind}: no hit at all");
     assert_eq!(hits[0], hits[1]);
+    hits[0]
 }
 
 #[test]
 fn glru_live_tier_matches_the_simulator_on_msr_hm0() {
-    check(PolicyKind::Glru, 2 << 20, BinFill::WholeBin);
+    check(PolicyKind::Glru, 2 << 20, &policy_config(BinFill::WholeBin));
 }
 
 #[test]
 fn dgrem_live_tier_matches_the_simulator_on_msr_hm0() {
-    check(PolicyKind::Dgrem, 8 << 20, BinFill::WholeBin);
+    check(
+        PolicyKind::Dgrem,
+        8 << 20,
+        &policy_config(BinFill::WholeBin),
+    );
 }
 
 /// Partial bins: the tier copies, serves and drops single lines of a bin.
 #[test]
 fn dgrem_with_adaptive_fill_live_tier_matches_the_simulator_on_msr_hm0() {
-    check(PolicyKind::Dgrem, 2 << 20, BinFill::Adaptive);
+    check(
+        PolicyKind::Dgrem,
+        2 << 20,
+        &policy_config(BinFill::Adaptive),
+    );
+}
+
+/// Lines copied in between epochs, after the read that missed them: with
+/// one-minute epochs and free flash, they are what the cache hits.
+#[test]
+fn dgrem_filling_free_flash_live_tier_matches_the_simulator_on_msr_hm0() {
+    let lazy = PolicyConfig {
+        epoch_secs: 60.0,
+        ..policy_config(BinFill::Adaptive)
+    };
+    let eager = PolicyConfig {
+        fill_free_flash: true,
+        ..lazy.clone()
+    };
+    let (l, e) = (
+        check(PolicyKind::Dgrem, 16 << 20, &lazy),
+        check(PolicyKind::Dgrem, 16 << 20, &eager),
+    );
+    assert!(e > l, "filling free flash hits more: {e} against {l}");
 }

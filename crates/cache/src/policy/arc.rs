@@ -150,6 +150,7 @@ impl CachePolicy for Arc {
                     return Outcome {
                         hit: true,
                         admitted: false,
+                        filled: false,
                     };
                 }
                 T2 => {
@@ -157,6 +158,7 @@ impl CachePolicy for Arc {
                     return Outcome {
                         hit: true,
                         admitted: false,
+                        filled: false,
                     };
                 }
                 l => {
@@ -187,6 +189,7 @@ impl CachePolicy for Arc {
         Outcome {
             hit: false,
             admitted: true,
+            filled: false,
         }
     }
 

@@ -130,6 +130,7 @@ impl CachePolicy for Car {
                     return Outcome {
                         hit: true,
                         admitted: false,
+                        filled: false,
                     };
                 }
                 Some((i, l))
@@ -174,6 +175,7 @@ impl CachePolicy for Car {
         Outcome {
             hit: false,
             admitted: true,
+            filled: false,
         }
     }
 

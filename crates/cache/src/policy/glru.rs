@@ -74,6 +74,7 @@ impl CachePolicy for Glru {
             return Outcome {
                 hit: true,
                 admitted: false,
+                filled: false,
             };
         }
         let i = if self.lru.len(0) >= self.cap {
@@ -91,6 +92,7 @@ impl CachePolicy for Glru {
         Outcome {
             hit: false,
             admitted: true,
+            filled: false,
         }
     }
 

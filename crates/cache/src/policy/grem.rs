@@ -92,10 +92,12 @@ impl GremCore {
         if passed > 64 {
             self.bins.epoch_end = Some(a.time_ns + self.bins.epoch_ns);
         }
-        let (_, hit) = self.bins.touch(a);
+        let (i, hit) = self.bins.touch(a);
+        let filled = !hit && self.bins.fill_on_miss(i, a, SHORT, events);
         Outcome {
             hit,
             admitted: false,
+            filled,
         }
     }
 
@@ -524,5 +526,40 @@ mod tests {
         assert!(!c.core.bins.places_whole(0));
         assert_eq!(c.len(), 32, "four whole bins in the free flash");
         assert!(c.access(at(4 * SEC, 0, 2, 7), &mut ev).hit);
+    }
+
+    #[test]
+    fn free_flash_takes_a_read_miss_at_once_and_evicts_nothing_for_it() {
+        let cfg = PolicyConfig {
+            fill_free_flash: true,
+            ..cfg()
+        };
+        // One bin of flash: eight lines.
+        let mut c = Grem::new(1 << 20, &cfg).unwrap();
+        let mut ev = Events::new();
+        let o = c.access(at(0, 0, 5, 0), &mut ev);
+        assert!(!o.hit && o.filled);
+        assert_eq!(ev.migrated_in, vec![Key::new(0, 5 << 3).unwrap()]);
+        assert!(c.access(at(0, 0, 5, 0), &mut ev).hit, "the next read hits");
+        // A write miss does not fill (its data goes to the disk).
+        let w = Access {
+            write: true,
+            ..at(0, 0, 5, 1)
+        };
+        assert!(!c.access(w, &mut ev).filled);
+        // Seven more lines fill the flash; the ninth finds none and nothing
+        // is evicted for it.
+        for b in 6..13 {
+            assert!(c.access(at(0, 0, b, 0), &mut ev).filled);
+        }
+        ev.clear();
+        let o = c.access(at(0, 0, 20, 0), &mut ev);
+        assert!(!o.hit && !o.filled);
+        assert!(ev.evicted.is_empty() && ev.migrated_in.is_empty());
+        assert_eq!(c.len(), c.capacity());
+        // Off by default: a miss between epochs is served by the disk only.
+        let mut paper = Grem::new(1 << 20, &super::tests::cfg()).unwrap();
+        assert!(!paper.access(at(0, 0, 5, 0), &mut ev).filled);
+        assert_eq!(paper.len(), 0);
     }
 }

@@ -188,10 +188,12 @@ impl CachePolicy for Vfrm {
         if passed > 64 {
             self.bins.epoch_end = Some(a.time_ns + self.bins.epoch_ns);
         }
-        let (_, hit) = self.bins.touch(a);
+        let (i, hit) = self.bins.touch(a);
+        let filled = !hit && self.bins.fill_on_miss(i, a, LONG, events);
         Outcome {
             hit,
             admitted: false,
+            filled,
         }
     }
 
