@@ -435,3 +435,88 @@ fn every_policy_on_every_real_trace() {
         assert_eq!(g, want, "{} {} stretched={}", g.0, g.1, g.2);
     }
 }
+
+/// GREM and D-GREM with our two changes (the adaptive bin fill and free
+/// flash filled on a read miss), every trace stretched to one hour: (file,
+/// policy, [read hits, read misses, write hits, write misses]). Regression
+/// values, like the coarse rows above.
+const GOLDEN_PLUS: &[(&str, &str, [u64; 4])] = &[
+    ("msr-hm0-sample.csv", "grem", [0, 1537, 200, 736]),
+    ("msr-hm0-sample.csv", "dgrem", [0, 1537, 219, 717]),
+    (
+        "tencent-cbs-sample.csv",
+        "grem",
+        [29988, 131430, 266, 216569],
+    ),
+    (
+        "tencent-cbs-sample.csv",
+        "dgrem",
+        [29988, 131430, 266, 216569],
+    ),
+    ("systor17-sample.csv", "grem", [2025, 7606, 0, 835]),
+    ("systor17-sample.csv", "dgrem", [2025, 7606, 0, 835]),
+    (
+        "systor17-additional-sample.csv",
+        "grem",
+        [674, 4386, 32, 798],
+    ),
+    (
+        "systor17-additional-sample.csv",
+        "dgrem",
+        [688, 4372, 47, 783],
+    ),
+    (
+        "cloudphysics-io-sample.csv",
+        "grem",
+        [47320, 191723, 29711, 299837],
+    ),
+    (
+        "cloudphysics-io-sample.csv",
+        "dgrem",
+        [47294, 191749, 29525, 300023],
+    ),
+    ("mqsim-wsrch-small.trace", "grem", [8912, 84392, 0, 8]),
+    ("mqsim-wsrch-small.trace", "dgrem", [9048, 84256, 0, 8]),
+    ("mqsim-tpcc-small.trace", "grem", [357, 12317, 288, 7707]),
+    ("mqsim-tpcc-small.trace", "dgrem", [357, 12317, 291, 7704]),
+];
+
+#[test]
+fn grem_plus_on_every_real_trace() {
+    let Some(dir) = dir() else { return };
+    let print = std::env::var_os("GOLDEN_PRINT").is_some();
+    let clock = VirtualClock::new(0);
+    let mut got = Vec::new();
+    for (file, format, bytes) in TRACES {
+        let sources: Vec<Box<dyn Source>> = vec![Box::new(FileSource {
+            name: file.to_string(),
+            format,
+            path: dir.join(file),
+        })];
+        let mut cfg = SimConfig {
+            span_secs: Some(3600.0),
+            ..SimConfig::default()
+        };
+        cfg.policy.bin_fill = cache::BinFill::Adaptive;
+        cfg.policy.fill_free_flash = true;
+        let jobs = [(PolicyKind::Grem, bytes), (PolicyKind::Dgrem, bytes)];
+        for r in run_matrix(&sources, &jobs, &cfg, 2, &clock).unwrap() {
+            let t = &r.total;
+            got.push((
+                file,
+                r.policy.name(),
+                [t.read_hits, t.read_misses, t.write_hits, t.write_misses],
+            ));
+        }
+    }
+    if print {
+        for (f, p, c) in &got {
+            println!("    ({f:?}, {p:?}, {c:?}),");
+        }
+        return;
+    }
+    assert_eq!(got.len(), GOLDEN_PLUS.len(), "rows");
+    for (g, want) in got.iter().zip(GOLDEN_PLUS) {
+        assert_eq!(g, want, "{} {}", g.0, g.1);
+    }
+}
