@@ -320,19 +320,21 @@ impl Scheduler {
             info!(id = %me.id, "this scheduler is now the active one");
             *self.leader.lock() = Some(me.clone());
             self.active.store(true, Ordering::SeqCst);
-            // Anything that changed while nobody led: re-read, and report
-            // hosts that hold bookings but are not registered.
-            if let Ok(_rev) = self.load().await {
-                let lost: Vec<String> = {
-                    let v = self.view.lock();
-                    v.allocs
-                        .keys()
-                        .map(|(h, _)| h.clone())
-                        .filter(|h| !v.hosts.contains_key(h))
-                        .collect::<BTreeSet<_>>()
-                        .into_iter()
-                        .collect()
-                };
+            // Hosts that hold bookings but are not registered went away
+            // while nobody led: report them, from a fresh read. The view is
+            // left to the watch, which has run all along: replacing it here
+            // raced with it, and a host that registered while the read was
+            // under way vanished from the new leader's view for good (the
+            // fleet HTTPS test saw it once in a dozen runs under load).
+            if let Ok((v, _rev)) = self.snapshot().await {
+                let lost: Vec<String> = v
+                    .allocs
+                    .keys()
+                    .map(|(h, _)| h.clone())
+                    .filter(|h| !v.hosts.contains_key(h))
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
                 self.event(
                     "scheduler-active",
                     None,

@@ -93,7 +93,9 @@ impl View {
 }
 
 impl Scheduler {
-    pub(super) async fn load(&self) -> Result<i64, ClusterError> {
+    /// The fleet as etcd holds it now (hosts and allocations read at one
+    /// revision), and that revision. Does not touch the view.
+    pub(super) async fn snapshot(&self) -> Result<(View, i64), ClusterError> {
         let mut c = self.client.clone();
         let (hosts, rev) = etcd::get_prefix_at(&mut c, &self.keys.hosts(), 0).await?;
         let (allocs, _) = etcd::get_prefix_at(&mut c, &self.keys.allocs(), rev).await?;
@@ -104,6 +106,15 @@ impl Scheduler {
         for kv in &allocs {
             v.apply_alloc(&self.keys, kv.key(), Some((kv.value(), kv.mod_revision())));
         }
+        Ok((v, rev))
+    }
+
+    /// Replaces the view with a [`Scheduler::snapshot`]. Only where no
+    /// watch is applying events meanwhile (before the watch starts, and
+    /// between watches): an event applied while the read is under way would
+    /// be overwritten by the older snapshot and never come again.
+    pub(super) async fn load(&self) -> Result<i64, ClusterError> {
+        let (v, rev) = self.snapshot().await?;
         *self.view.lock() = v;
         Ok(rev)
     }
