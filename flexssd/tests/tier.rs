@@ -197,6 +197,45 @@ fn fio_verifies_two_tenants_while_the_policy_and_size_change() {
     assert!(list.contains("t0") && list.contains("t0.cache"), "{list}");
 }
 
+/// GREM+ (the adaptive bin fill and free flash filled on a read miss) under
+/// a real client: fio writes, reads back and checks every block three times
+/// over, so reads fill lines between epochs and later writes land on filled
+/// lines (write-through updates the cached copy). With one-minute epochs no
+/// epoch ends during the test: every read hit is a line a miss filled.
+#[test]
+fn grem_plus_fills_free_flash_on_read_misses_and_serves_verified_data() {
+    require!(have("fio"), "fio is not installed");
+    let cfg = TIER
+        .replace("policy = \"glru\"", "policy = \"dgrem\"")
+        .replace(
+        "policy_params = { epoch_secs = 0.5 }",
+        "policy_params = { epoch_secs = 60.0, bin_fill = \"adaptive\", fill_free_flash = true }",
+    );
+    assert!(cfg.contains("fill_free_flash"));
+    let d = Daemon::start(&cfg);
+    let out = Command::new("timeout")
+        .args(["120", "fio", "--ioengine=nbd", "--rw=randwrite", "--bs=4k"])
+        .args(["--iodepth=8", "--size=4m", "--randrepeat=0", "--loops=3"])
+        .args(["--verify=crc32c", "--verify_fatal=1", "--do_verify=1"])
+        .args(["--verify_state_save=0", "--name=a"])
+        .arg(format!("--uri={}", d.uri("tenant-a")))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !text.contains("verify: bad") && !err.contains("verify: bad"),
+        "fio failed:\n{text}\n{err}\n{}",
+        d.log()
+    );
+    let v = tier(&d);
+    assert!(v["stats"]["cached_bytes"].as_u64().unwrap() > 0, "{v}");
+    let m = metrics(&d);
+    let labels = "{tier=\"t0\",volume=\"tenant-a\",op=\"read\"}";
+    let hits = metric(&m, &format!("flexssd_tier_hits_total{labels}")).unwrap();
+    assert!(hits > 0.0, "no read hit from filled lines:\n{m}");
+}
+
 #[test]
 fn bad_tier_requests_are_refused_with_the_reason() {
     let d = Daemon::start(TIER);
