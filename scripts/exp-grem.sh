@@ -14,6 +14,7 @@
 #   docs/results/grem-<mix>[-wb]-ff.csv    ... filling free flash on a read miss (ours)
 #   docs/results/grem-<mix>[-wb]-plus.csv  ... with both (vFRM+, GREM+, D-GREM+ on the page)
 #   docs/results/grem-<mix>-plus.svg       hit ratio of the paper's policies beside GREM+ and D-GREM+
+#   docs/results/grem-<mix>-plus-cost.svg  their normalised IO cost, write-through
 #
 # Write policy: write-through (the default of the simulator and of the live tier)
 # for every mix, and write-back as well for the three 5-minute mixes. Hit counts do
@@ -280,7 +281,8 @@ for mix in MIXES:
     P("")
     P(f"## Mix: {mix}")
     P("")
-    imgs = f"![hit ratio](grem-{mix}.svg) ![hit ratio, ours beside the paper's](grem-{mix}-plus.svg) ![IO cost, write-through](grem-{mix}-cost.svg)"
+    imgs = (f"![hit ratio](grem-{mix}.svg) ![hit ratio, ours beside the paper's](grem-{mix}-plus.svg) "
+            f"![IO cost, write-through](grem-{mix}-cost.svg) ![IO cost, write-through, ours beside the paper's](grem-{mix}-plus-cost.svg)")
     if WB in WPS[mix]:
         imgs += f" ![IO cost, write-back](grem-{mix}-wb-cost.svg)"
     P(imgs)
@@ -529,16 +531,19 @@ open(f"{OUT}/grem.md", "w").write("\n".join(md) + "\n")
 for mix in MIXES:
     with open(f"{OUT}/.grem-{mix}-plus-points.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["policy", "log2_cache_mib", "hit_pct"])
+        w.writerow(["policy", "log2_cache_mib", "hit_pct", "cost_wt"])
         for p in ["glru", "car", "arc", "vfrm", "grem", "dgrem", "grem-plus", "dgrem-plus"]:
             for m in sizes:
-                w.writerow([NAMES.get(p, p), f"{math.log2(m):.0f}", f"{hit(mix, p, m):.2f}"])
+                w.writerow([NAMES.get(p, p), f"{math.log2(m):.0f}", f"{hit(mix, p, m):.2f}", f"{cost(mix, p, m):.4f}"])
 print(f"wrote {OUT}/grem.md")
 PY
 for mix in friendly unfriendly mixed mixed-1min within-10x; do
   "$BIN" plot lines --csv "$OUT/.grem-$mix-plus-points.csv" --x log2_cache_mib --y hit_pct --series policy \
     --title "$mix mix: the paper's policies and ours (GREM+, D-GREM+)" --xlabel "cache size, log2 MiB (4 = 16 MiB, 12 = 4 GiB)" \
     --ylabel "hit ratio, %" --out "$OUT/grem-$mix-plus.svg"
+  "$BIN" plot lines --csv "$OUT/.grem-$mix-plus-points.csv" --x log2_cache_mib --y cost_wt --series policy \
+    --title "$mix mix: IO cost, write-through, the paper's policies and ours" --xlabel "cache size, log2 MiB (4 = 16 MiB, 12 = 4 GiB)" \
+    --ylabel "IO cost / no cache" --hline 1 --out "$OUT/grem-$mix-plus-cost.svg"
   rm -f "$OUT/.grem-$mix-plus-points.csv"
 done
 steps_done
