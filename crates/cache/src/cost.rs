@@ -35,6 +35,7 @@
 //! |---|---|
 //! | read hit | one SSD read of the request's hit blocks |
 //! | read miss | one HDD read spanning the request's first to last missed block (a cache reads the gap rather than seek twice), plus one SSD write of the admitted lines (fill) |
+//! | read miss that fills its line into free flash (`fill_free_flash`) | the request's HDD read widens to cover the line ("read around"), plus one SSD write of the line; the request's later blocks in that line are served from that read |
 //! | write, [`WritePolicy::WriteThrough`] | one HDD write of the request (as with no cache), plus one SSD write of its blocks that hit or were admitted |
 //! | write, [`WritePolicy::WriteBack`] | one SSD write of the blocks that hit or were admitted (their lines become dirty), plus one HDD write spanning the first to last block that was neither |
 //! | dirty lines evicted while serving one request (write-back) | per run of lines contiguous on disk: one SSD read and one HDD write of the run (coalesced write-back) |
@@ -260,6 +261,16 @@ pub struct RequestTally {
     pub miss_span: Option<(u64, u64)>,
     /// First and last block that neither hit nor was admitted.
     pub bypass_span: Option<(u64, u64)>,
+    /// The request's first block (absolute), to place [`Self::around`].
+    pub first_block: u64,
+    /// First and last block (absolute) of the lines a read miss filled into
+    /// free flash: read in the request's own HDD read ("read around").
+    pub around: Option<(u64, u64)>,
+    /// Lines read around.
+    pub around_lines: u64,
+    /// Blocks that hit a line read around by this very request: served from
+    /// its HDD read, not from the SSD.
+    pub around_hits: u64,
 }
 
 fn widen(span: &mut Option<(u64, u64)>, i: u64) {
@@ -279,6 +290,45 @@ impl RequestTally {
         RequestTally {
             write,
             ..RequestTally::default()
+        }
+    }
+
+    /// A tally for a request whose first block is `first_block` (needed
+    /// only for [`Self::read_around`]).
+    pub fn at(write: bool, first_block: u64) -> Self {
+        RequestTally {
+            write,
+            first_block,
+            ..RequestTally::default()
+        }
+    }
+
+    /// A read miss filled the line of blocks `first..=last` (absolute) into
+    /// free flash: the request's HDD read widens to cover it, and the line
+    /// is written to the SSD from it.
+    pub fn read_around(&mut self, first: u64, last: u64) {
+        widen(&mut self.around, first);
+        widen(&mut self.around, last);
+        self.around_lines += 1;
+    }
+
+    /// Records the next block of the request as a hit on a line this request
+    /// read around: a hit, served from the request's HDD read.
+    pub fn block_around(&mut self) {
+        self.blocks += 1;
+        self.hits += 1;
+        self.around_hits += 1;
+    }
+
+    /// Blocks the request's HDD read spans (reads): its missed blocks and
+    /// the lines it read around, as one run.
+    fn hdd_read_blocks(&self) -> u64 {
+        let miss = self
+            .miss_span
+            .map(|(a, b)| (self.first_block + a, self.first_block + b));
+        match (miss, self.around) {
+            (Some((a, b)), Some((c, d))) => b.max(d) - a.min(c) + 1,
+            (m, r) => span_blocks(m.or(r)),
         }
     }
 
@@ -444,6 +494,20 @@ impl Ledger {
         }
     }
 
+    /// Line `line` (a line key), queued as migrated by [`Ledger::events`],
+    /// was filled by a read miss and is read around by its request
+    /// ([`RequestTally::read_around`]): it is no move of its own. Returns
+    /// whether it was queued.
+    pub fn read_around(&mut self, line: Key) -> bool {
+        match self.fills.iter().rposition(|k| *k == line) {
+            Some(i) => {
+                self.fills.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Marks line `line` (a line key) clean and queues it for write-back if
     /// it was dirty; says whether it was.
     pub fn clean(&mut self, line: Key) -> bool {
@@ -477,9 +541,12 @@ impl Ledger {
                 }
             }
         } else {
-            ops.add_run(DevOp::SsdRead, t.hits * BLOCK_BYTES);
-            ops.add_run(DevOp::HddRead, span_blocks(t.miss_span) * BLOCK_BYTES);
-            ops.add_run(DevOp::SsdWrite, t.admitted * self.line_bytes());
+            ops.add_run(DevOp::SsdRead, (t.hits - t.around_hits) * BLOCK_BYTES);
+            ops.add_run(DevOp::HddRead, t.hdd_read_blocks() * BLOCK_BYTES);
+            ops.add_run(
+                DevOp::SsdWrite,
+                (t.admitted + t.around_lines) * self.line_bytes(),
+            );
         }
     }
 
@@ -647,6 +714,49 @@ mod tests {
         );
         assert!("lazy".parse::<WritePolicy>().is_err());
         assert_eq!(WritePolicy::default(), WritePolicy::WriteThrough);
+    }
+
+    #[test]
+    fn a_line_read_around_rides_on_the_requests_hdd_read() {
+        // A 3-block read at block 40: block 40 misses and fills line 1
+        // (blocks 32..=63), 41 and 42 hit that line. One HDD read spans the
+        // line (32 blocks, not the 1 missed plus a separate 32), one SSD
+        // write of the line, no SSD read, and no move of its own.
+        let mut l = Ledger::new(WritePolicy::WriteThrough, 32);
+        let line = Key::new(0, 1).unwrap();
+        let ev = Events {
+            evicted: vec![],
+            migrated_in: vec![line],
+        };
+        l.events(&ev, |_| true, |_, _| {});
+        assert!(l.read_around(line));
+        assert!(!l.read_around(line), "queued once");
+        let mut t = RequestTally::at(false, 40);
+        t.read_around(32, 63);
+        t.block(false, false);
+        t.block_around();
+        t.block_around();
+        assert_eq!((t.hits, t.misses, t.around_hits), (2, 1, 2));
+        let mut ops = OpCounts::default();
+        l.charge_request(&t, &mut ops);
+        assert_eq!(ops.bytes[DevOp::HddRead as usize], 32 * BLOCK_BYTES);
+        assert_eq!(ops.ops[DevOp::HddRead as usize], 1);
+        assert_eq!(ops.bytes[DevOp::SsdWrite as usize], 128 << 10);
+        assert_eq!(ops.ops[DevOp::SsdRead as usize], 0);
+        let mut moves = 0;
+        l.drain_moves(|_, _, _| moves += 1);
+        assert_eq!(moves, 0);
+        // A miss span beyond the line widens the read to cover both.
+        let mut t = RequestTally::at(false, 60);
+        t.read_around(32, 63);
+        t.block(false, false);
+        for _ in 0..3 {
+            t.block_around();
+        }
+        t.block(false, false); // block 64, past the line
+        let mut ops = OpCounts::default();
+        l.charge_request(&t, &mut ops);
+        assert_eq!(ops.bytes[DevOp::HddRead as usize], 33 * BLOCK_BYTES);
     }
 
     #[test]

@@ -353,8 +353,9 @@ pub struct PolicyConfig {
     pub bin_fill: BinFill,
     /// Coarse policies: a read miss copies its 128 KiB line into flash at
     /// once while flash is free (ours; the paper changes content only at
-    /// epoch ends). Nothing is evicted for it: eviction stays lazy, at epoch
-    /// ends. Off by default.
+    /// epoch ends), reading the line with the request's own HDD read.
+    /// Nothing is evicted for it: eviction stays lazy, at epoch ends. Off by
+    /// default.
     pub fill_free_flash: bool,
     /// Epoch length of the coarse policies, seconds; 300 (5 minutes).
     pub epoch_secs: f64,

@@ -557,6 +557,11 @@ impl PolicyVisitor for Replay<'_> {
 
 /// Takes the events of one policy call into the ledger, counting them per
 /// tenant, and clears them.
+/// Lines of one request that may be read around (the first this many of
+/// it); a fill beyond them is a move of its own. The live tier uses the
+/// same bound.
+pub const AROUND_LINES: u64 = 128;
+
 #[inline(never)]
 fn settle<P: CachePolicy>(
     p: &P,
@@ -656,7 +661,12 @@ fn replay<P: CachePolicy>(
         Key::new(space, last).map_err(|e| CacheError::Input(format!("{}: {e}", t.name)))?;
         let base = u64::from(space) << LINE_BITS;
         let write = r.op == Op::Write;
-        let mut tally = RequestTally::new(write);
+        let mut tally = RequestTally::at(write, first);
+        // Lines this request filled into free flash on a miss (bit i: its
+        // i-th line): read around, in its own HDD read; its later blocks in
+        // them are served from it.
+        let first_line = first / line_blocks;
+        let mut around = 0u128;
         for b in first..=last {
             let key = Key::from_raw(base | b);
             let o = p.access(
@@ -679,7 +689,16 @@ fn replay<P: CachePolicy>(
                 );
             }
             ledger.access(key, write, o);
-            tally.block(o.hit, o.admitted);
+            let (line, rel) = (b / line_blocks, b / line_blocks - first_line);
+            if o.filled && rel < AROUND_LINES && ledger.read_around(Key::from_raw(base | line)) {
+                tally.read_around(line * line_blocks, (line + 1) * line_blocks - 1);
+                around |= 1 << rel;
+                tally.block(false, false);
+            } else if o.hit && rel < AROUND_LINES && around >> rel & 1 != 0 {
+                tally.block_around();
+            } else {
+                tally.block(o.hit, o.admitted);
+            }
         }
         let t = &mut acc[tenant as usize];
         t.admitted_lines += tally.admitted;

@@ -11,8 +11,9 @@
 //!   same bytes as the backing store.
 //!
 //! When a line enters the cache (admitted on a miss, migrated in at an epoch
-//! end, or copied into free flash after a read missed it) all of its blocks
-//! inside the volume are filled at once, from the
+//! end, or put into free flash by a read that missed it, from that read's own
+//! backing read, widened to the line) all of its blocks inside the volume are
+//! filled at once, from the
 //! data of the request when it covers the line, else with one read of the line
 //! from the backing store. When it leaves, its slots go back to the free list.
 //! A policy of capacity `C` lines of `L` blocks never holds more than `C * L`
@@ -623,6 +624,9 @@ impl Shared {
     /// Tells the policy about block `block` of volume `v`, then carries out
     /// what it decided (evictions, migrations). Returns the policy's outcome
     /// and the completion of the device operations that took.
+    /// With `around`, a line the policy filled into free flash on this read
+    /// miss is left to the caller, which reads it with the request's own
+    /// backing read (see [`cache::RequestTally::read_around`]).
     fn access(
         &self,
         st: &mut State,
@@ -630,6 +634,7 @@ impl Shared {
         block: u64,
         write: bool,
         now: Nanos,
+        around: bool,
     ) -> IoResult<(Outcome, Nanos)> {
         let a = Access {
             time_ns: now,
@@ -639,6 +644,12 @@ impl Shared {
         };
         let mut ev = std::mem::take(&mut st.events);
         let o = st.policy.access(a, &mut ev);
+        if around && o.filled {
+            let line = key(v, block / st.line_blocks);
+            if let Some(i) = ev.migrated_in.iter().rposition(|k| *k == line) {
+                ev.migrated_in.swap_remove(i);
+            }
+        }
         st.events = ev;
         Ok((o, self.settle(st)?))
     }
@@ -944,20 +955,45 @@ impl Shared {
         let mut st = self.state.lock();
         let now = self.tick(&mut st);
         let mut done = now;
-        let mut tally = RequestTally::new(false);
-        // Missed blocks: (block, position in buf, offset within the block,
-        // bytes, admitted).
+        let lb = st.line_blocks;
+        let first_block = offset / B;
+        let first_line = first_block / lb;
+        let mut tally = RequestTally::at(false, first_block);
+        // Blocks served from the backing read: (block, position in buf,
+        // offset within the block, bytes, admitted).
         let mut missed: Vec<(u64, usize, usize, usize, bool)> = Vec::new();
+        // Lines a miss filled into free flash, read around (bit i: the
+        // request's i-th line; the simulator's rule, `cache::sim::AROUND_LINES`).
+        let mut around = 0u128;
         let mut pos = 0usize;
         while pos < buf.len() {
             let at = offset + pos as u64;
             let (block, within) = (at / B, (at % B) as usize);
             let n = (B as usize - within).min(buf.len() - pos);
-            let (o, t) = self.access(&mut st, v, block, false, now)?;
+            let rel = block / lb - first_line;
+            let can = rel < cache::sim::AROUND_LINES;
+            let (o, t) = self.access(&mut st, v, block, false, now, can)?;
             done = done.max(t);
             let k = key(v, block);
-            // A line the miss filled into free flash is in the map already;
-            // this block was still a miss (the policy's word), read below.
+            if o.filled && can {
+                let line = block / lb;
+                tally.read_around(line * lb, (line + 1) * lb - 1);
+                around |= 1 << rel;
+                tally.block(false, false);
+                missed.push((block, pos, within, n, false));
+                pos += n;
+                continue;
+            }
+            if o.hit && can && around >> rel & 1 != 0 {
+                // Its line is read around by this request, not yet in flash.
+                tally.block_around();
+                missed.push((block, pos, within, n, false));
+                pos += n;
+                continue;
+            }
+            // A line the miss filled into free flash beyond the lines read
+            // around is in the map already; this block was still a miss (the
+            // policy's word), read below.
             let slot = if o.filled {
                 None
             } else {
@@ -975,8 +1011,15 @@ impl Shared {
             pos += n;
         }
         if let (Some(&(lo, ..)), Some(&(hi, ..))) = (missed.first(), missed.last()) {
-            // One backing read spanning the misses (the gaps are read, not
-            // sought over), then the admitted lines are cached from it.
+            // One backing read spanning the misses and the lines read around
+            // (the gaps are read, not sought over), then the admitted lines
+            // are cached from it.
+            let vol_blocks = m.size / B;
+            let lines = (0..128u64).filter(|r| around >> r & 1 != 0);
+            let (lo, hi) = lines.clone().fold((lo, hi), |(a, b), r| {
+                let l = first_line + r;
+                (a.min(l * lb), b.max(((l + 1) * lb).min(vol_blocks) - 1))
+            });
             let mut span = vec![0u8; ((hi - lo + 1) * B) as usize];
             done = done.max(self.read_backing(&st, v, lo, &mut span)?);
             for &(block, pos, within, n, admitted) in &missed {
@@ -996,6 +1039,12 @@ impl Shared {
                         done = done.max(self.fill_line(&mut st, v, first)?.1);
                     }
                 }
+            }
+            for r in lines {
+                let first = (first_line + r) * lb;
+                let end = ((first_line + r + 1) * lb).min(vol_blocks);
+                let (a, b) = (((first - lo) * B) as usize, ((end - lo) * B) as usize);
+                done = done.max(self.install(&mut st, v, first, &span[a..b])?);
             }
         }
         self.charge(&mut st, v, &tally);
@@ -1026,7 +1075,7 @@ impl Shared {
             let (block, within) = (at / B, at % B);
             let n = (B as usize - within as usize).min(data.len() - pos);
             let part = &data[pos..pos + n];
-            let (_, t) = self.access(&mut st, v, block, true, now)?;
+            let (_, t) = self.access(&mut st, v, block, true, now, false)?;
             done = done.max(t);
             let k = key(v, block);
             let cached = st.map.contains_key(&k);
