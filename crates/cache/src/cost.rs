@@ -264,8 +264,9 @@ pub struct RequestTally {
     /// The request's first block (absolute), to place [`Self::around`].
     pub first_block: u64,
     /// First and last block (absolute) of the lines a read miss filled into
-    /// free flash: read in the request's own HDD read ("read around").
-    pub around: Option<(u64, u64)>,
+    /// free flash: read in the request's own HDD read ("read around");
+    /// meaningful when [`Self::around_lines`] is not 0.
+    pub around: (u64, u64),
     /// Lines read around.
     pub around_lines: u64,
     /// Blocks that hit a line read around by this very request: served from
@@ -307,8 +308,11 @@ impl RequestTally {
     /// free flash: the request's HDD read widens to cover it, and the line
     /// is written to the SSD from it.
     pub fn read_around(&mut self, first: u64, last: u64) {
-        widen(&mut self.around, first);
-        widen(&mut self.around, last);
+        self.around = if self.around_lines == 0 {
+            (first, last)
+        } else {
+            (self.around.0.min(first), self.around.1.max(last))
+        };
         self.around_lines += 1;
     }
 
@@ -323,12 +327,13 @@ impl RequestTally {
     /// Blocks the request's HDD read spans (reads): its missed blocks and
     /// the lines it read around, as one run.
     fn hdd_read_blocks(&self) -> u64 {
-        let miss = self
-            .miss_span
-            .map(|(a, b)| (self.first_block + a, self.first_block + b));
-        match (miss, self.around) {
-            (Some((a, b)), Some((c, d))) => b.max(d) - a.min(c) + 1,
-            (m, r) => span_blocks(m.or(r)),
+        match (self.miss_span, self.around_lines) {
+            (m, 0) => span_blocks(m),
+            (Some((a, b)), _) => {
+                let (a, b) = (self.first_block + a, self.first_block + b);
+                b.max(self.around.1) - a.min(self.around.0) + 1
+            }
+            (None, _) => self.around.1 - self.around.0 + 1,
         }
     }
 
@@ -410,7 +415,14 @@ pub struct Ledger {
     writeback: Vec<Key>,
     fills: Vec<Key>,
     runs: Vec<Run>,
+    /// Lines the request under way reads around (line keys).
+    around: Vec<Key>,
 }
+
+/// Lines one request may read around; a fill beyond them is a move of its
+/// own. Bounds the work per request, for the simulator and the live tier
+/// alike.
+pub const AROUND_LINES: usize = 128;
 
 impl Ledger {
     /// A ledger for a policy of `line_blocks` blocks per line (a power of two).
@@ -424,7 +436,62 @@ impl Ledger {
             writeback: Vec::new(),
             fills: Vec::new(),
             runs: Vec::new(),
+            around: Vec::new(),
         }
+    }
+
+    /// Starts a request: forgets the lines the one before read around.
+    #[inline]
+    pub fn start_request(&mut self) {
+        if !self.around.is_empty() {
+            self.around.clear();
+        }
+    }
+
+    /// Whether a fill on the next read miss would be read around (the
+    /// request has room for another line).
+    #[inline]
+    pub fn can_read_around(&self) -> bool {
+        self.around.len() < AROUND_LINES
+    }
+
+    /// Whether the request under way reads any line around.
+    #[inline]
+    pub fn reading_around(&self) -> bool {
+        !self.around.is_empty()
+    }
+
+    /// The lines the request under way reads around (line keys).
+    pub fn around_lines(&self) -> &[Key] {
+        &self.around
+    }
+
+    /// A read's block `block` (a block key) with outcome `o`, when it
+    /// filled its line into free flash ([`Outcome::filled`]) or the request
+    /// reads lines around: tallies it and returns true if it is read around
+    /// (the fill, charged with the request's own HDD read, or a hit on a
+    /// line the request filled, served from that read); false leaves it to
+    /// the caller. A fill queued as a move by [`Ledger::events`] is taken
+    /// off the queue.
+    #[cold]
+    #[inline(never)]
+    pub fn around_block(&mut self, o: Outcome, block: Key, tally: &mut RequestTally) -> bool {
+        let line = block.coarsen(self.shift);
+        let first = line.line() << self.shift;
+        if o.filled && self.can_read_around() {
+            if let Some(i) = self.fills.iter().rposition(|k| *k == line) {
+                self.fills.swap_remove(i);
+            }
+            self.around.push(line);
+            tally.read_around(first, first + self.line_blocks - 1);
+            tally.block(false, false);
+            return true;
+        }
+        if o.hit && self.around.contains(&line) {
+            tally.block_around();
+            return true;
+        }
+        false
     }
 
     /// The write policy.
@@ -491,20 +558,6 @@ impl Ledger {
                 self.fills.push(k);
                 on(k, LineEvent::Migrated);
             }
-        }
-    }
-
-    /// Line `line` (a line key), queued as migrated by [`Ledger::events`],
-    /// was filled by a read miss and is read around by its request
-    /// ([`RequestTally::read_around`]): it is no move of its own. Returns
-    /// whether it was queued.
-    pub fn read_around(&mut self, line: Key) -> bool {
-        match self.fills.iter().rposition(|k| *k == line) {
-            Some(i) => {
-                self.fills.swap_remove(i);
-                true
-            }
-            None => false,
         }
     }
 
@@ -729,13 +782,25 @@ mod tests {
             migrated_in: vec![line],
         };
         l.events(&ev, |_| true, |_, _| {});
-        assert!(l.read_around(line));
-        assert!(!l.read_around(line), "queued once");
+        l.start_request();
         let mut t = RequestTally::at(false, 40);
-        t.read_around(32, 63);
-        t.block(false, false);
-        t.block_around();
-        t.block_around();
+        let filled = Outcome {
+            filled: true,
+            ..Outcome::default()
+        };
+        let hit = Outcome {
+            hit: true,
+            ..Outcome::default()
+        };
+        assert!(l.around_block(filled, Key::new(0, 40).unwrap(), &mut t));
+        assert!(l.reading_around());
+        assert_eq!(l.around_lines(), &[line]);
+        assert!(l.around_block(hit, Key::new(0, 41).unwrap(), &mut t));
+        assert!(l.around_block(hit, Key::new(0, 42).unwrap(), &mut t));
+        assert!(
+            !l.around_block(hit, Key::new(0, 64).unwrap(), &mut t),
+            "another line"
+        );
         assert_eq!((t.hits, t.misses, t.around_hits), (2, 1, 2));
         let mut ops = OpCounts::default();
         l.charge_request(&t, &mut ops);
@@ -746,6 +811,8 @@ mod tests {
         let mut moves = 0;
         l.drain_moves(|_, _, _| moves += 1);
         assert_eq!(moves, 0);
+        l.start_request();
+        assert!(!l.reading_around());
         // A miss span beyond the line widens the read to cover both.
         let mut t = RequestTally::at(false, 60);
         t.read_around(32, 63);

@@ -557,11 +557,6 @@ impl PolicyVisitor for Replay<'_> {
 
 /// Takes the events of one policy call into the ledger, counting them per
 /// tenant, and clears them.
-/// Lines of one request that may be read around (the first this many of
-/// it); a fill beyond them is a move of its own. The live tier uses the
-/// same bound.
-pub const AROUND_LINES: u64 = 128;
-
 #[inline(never)]
 fn settle<P: CachePolicy>(
     p: &P,
@@ -662,11 +657,7 @@ fn replay<P: CachePolicy>(
         let base = u64::from(space) << LINE_BITS;
         let write = r.op == Op::Write;
         let mut tally = RequestTally::at(write, first);
-        // Lines this request filled into free flash on a miss (bit i: its
-        // i-th line): read around, in its own HDD read; its later blocks in
-        // them are served from it.
-        let first_line = first / line_blocks;
-        let mut around = 0u128;
+        ledger.start_request();
         for b in first..=last {
             let key = Key::from_raw(base | b);
             let o = p.access(
@@ -689,16 +680,14 @@ fn replay<P: CachePolicy>(
                 );
             }
             ledger.access(key, write, o);
-            let (line, rel) = (b / line_blocks, b / line_blocks - first_line);
-            if o.filled && rel < AROUND_LINES && ledger.read_around(Key::from_raw(base | line)) {
-                tally.read_around(line * line_blocks, (line + 1) * line_blocks - 1);
-                around |= 1 << rel;
-                tally.block(false, false);
-            } else if o.hit && rel < AROUND_LINES && around >> rel & 1 != 0 {
-                tally.block_around();
-            } else {
-                tally.block(o.hit, o.admitted);
+            // A fill into free flash, or a hit on a line one filled earlier
+            // in this request: read around (the rare path).
+            if (o.filled || (o.hit && ledger.reading_around()))
+                && ledger.around_block(o, key, &mut tally)
+            {
+                continue;
             }
+            tally.block(o.hit, o.admitted);
         }
         let t = &mut acc[tenant as usize];
         t.admitted_lines += tally.admitted;

@@ -956,37 +956,27 @@ impl Shared {
         let now = self.tick(&mut st);
         let mut done = now;
         let lb = st.line_blocks;
-        let first_block = offset / B;
-        let first_line = first_block / lb;
-        let mut tally = RequestTally::at(false, first_block);
+        let mut tally = RequestTally::at(false, offset / B);
+        st.ledger.start_request();
         // Blocks served from the backing read: (block, position in buf,
         // offset within the block, bytes, admitted).
         let mut missed: Vec<(u64, usize, usize, usize, bool)> = Vec::new();
-        // Lines a miss filled into free flash, read around (bit i: the
-        // request's i-th line; the simulator's rule, `cache::sim::AROUND_LINES`).
-        let mut around = 0u128;
         let mut pos = 0usize;
         while pos < buf.len() {
             let at = offset + pos as u64;
             let (block, within) = (at / B, (at % B) as usize);
             let n = (B as usize - within).min(buf.len() - pos);
-            let rel = block / lb - first_line;
-            let can = rel < cache::sim::AROUND_LINES;
+            let can = st.ledger.can_read_around();
             let (o, t) = self.access(&mut st, v, block, false, now, can)?;
             done = done.max(t);
             let k = key(v, block);
-            if o.filled && can {
-                let line = block / lb;
-                tally.read_around(line * lb, (line + 1) * lb - 1);
-                around |= 1 << rel;
-                tally.block(false, false);
-                missed.push((block, pos, within, n, false));
-                pos += n;
-                continue;
-            }
-            if o.hit && can && around >> rel & 1 != 0 {
-                // Its line is read around by this request, not yet in flash.
-                tally.block_around();
+            // A line this miss filled into free flash, or a hit on one an
+            // earlier block of this request filled: read around, with the
+            // request's backing read below (the ledger's rule, as in the
+            // simulator); the line is installed from it.
+            if (o.filled || (o.hit && st.ledger.reading_around()))
+                && st.ledger.around_block(o, k, &mut tally)
+            {
                 missed.push((block, pos, within, n, false));
                 pos += n;
                 continue;
@@ -1015,9 +1005,8 @@ impl Shared {
             // (the gaps are read, not sought over), then the admitted lines
             // are cached from it.
             let vol_blocks = m.size / B;
-            let lines = (0..128u64).filter(|r| around >> r & 1 != 0);
-            let (lo, hi) = lines.clone().fold((lo, hi), |(a, b), r| {
-                let l = first_line + r;
+            let lines: Vec<u64> = st.ledger.around_lines().iter().map(|l| l.line()).collect();
+            let (lo, hi) = lines.iter().fold((lo, hi), |(a, b), &l| {
                 (a.min(l * lb), b.max(((l + 1) * lb).min(vol_blocks) - 1))
             });
             let mut span = vec![0u8; ((hi - lo + 1) * B) as usize];
@@ -1040,9 +1029,9 @@ impl Shared {
                     }
                 }
             }
-            for r in lines {
-                let first = (first_line + r) * lb;
-                let end = ((first_line + r + 1) * lb).min(vol_blocks);
+            for l in lines {
+                let first = l * lb;
+                let end = ((l + 1) * lb).min(vol_blocks);
                 let (a, b) = (((first - lo) * B) as usize, ((end - lo) * B) as usize);
                 done = done.max(self.install(&mut st, v, first, &span[a..b])?);
             }
