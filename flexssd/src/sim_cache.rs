@@ -60,8 +60,9 @@ pub struct CacheArgs {
     #[arg(long, value_name = "SECONDS")]
     pub epoch: Option<f64>,
     /// What of a chosen bin vFRM, isolation, GREM and D-GREM put in flash:
-    /// whole-bin (every line) or accessed-lines (the lines of the bin that
-    /// were accessed). Overrides the policy config.
+    /// whole-bin (every line, the paper's), accessed-lines (the lines of the
+    /// bin that were accessed) or adaptive (per tenant, whichever its reads
+    /// show pays). Overrides the policy config.
     #[arg(long, value_name = "FILL", value_parser = parse_bin_fill)]
     pub bin_fill: Option<cache::BinFill>,
     /// vFRM, isolation, GREM and D-GREM: a read miss copies its line into

@@ -192,6 +192,13 @@ impl Bins {
         }
     }
 
+    /// The key of line `l` of the bin whose key is `bin_key`.
+    fn line_key(&self, bin_key: u64, l: u64) -> Key {
+        let first = Key::from_raw(bin_key);
+        let shift = self.bin_shift - self.line_shift;
+        Key::from_raw((first.raw() & !crate::MAX_LINE) | ((first.line() << shift) + l))
+    }
+
     /// Lines of flash bin `i` takes when placed: the whole bin, or the lines
     /// of it accessed so far.
     pub fn footprint(&self, i: u32) -> u64 {
@@ -298,7 +305,6 @@ impl Bins {
         if !self.fill_free || a.write || self.placed >= self.cap_lines() {
             return false;
         }
-        let shift = self.bin_shift - self.line_shift;
         let off = (a.key.line() & ((1u64 << self.bin_shift) - 1)) >> self.line_shift;
         let b = &mut self.bins[i as usize];
         if b.cached >> off & 1 != 0 {
@@ -309,11 +315,9 @@ impl Bins {
             b.zone = zone;
             b.basis = b.seen;
         }
-        let first = Key::from_raw(b.key);
-        events.migrated_in.push(Key::from_raw(
-            (first.raw() & !crate::MAX_LINE) | ((first.line() << shift) + off),
-        ));
-        bump(&mut self.resident, b.tenant, 1);
+        let (key, tenant) = (b.key, b.tenant);
+        events.migrated_in.push(self.line_key(key, off));
+        bump(&mut self.resident, tenant, 1);
         self.placed += 1;
         true
     }
@@ -330,37 +334,32 @@ impl Bins {
     /// Puts bin `i` in `zone` with the lines in `want` in flash (none for
     /// [`NOWHERE`]), reporting the lines moved in or out.
     fn set(&mut self, i: u32, zone: u8, want: u64, events: &mut Events) {
-        let shift = self.bin_shift - self.line_shift;
         let b = &mut self.bins[i as usize];
         b.zone = zone;
-        if zone == NOWHERE {
-            b.basis = 0;
-        } else {
-            b.basis = b.seen;
-        }
+        b.basis = if zone == NOWHERE { 0 } else { b.seen };
         let (gone, new) = (b.cached & !want, want & !b.cached);
         b.cached = want;
         let (key, tenant) = (b.key, b.tenant);
-        let first = Key::from_raw(key);
-        let lines = move |mask: u64| {
+        let this = &*self;
+        let lines = |mask: u64| {
             (0..64u64)
                 .filter(move |l| mask >> l & 1 != 0)
-                .map(move |l| {
-                    Key::from_raw((first.raw() & !crate::MAX_LINE) | ((first.line() << shift) + l))
-                })
+                .map(move |l| this.line_key(key, l))
         };
         if gone != 0 {
-            let n = u64::from(gone.count_ones());
             events.evicted.extend(lines(gone));
-            self.resident[tenant as usize] -= n;
-            self.placed -= n;
         }
         if new != 0 {
-            let n = u64::from(new.count_ones());
             events.migrated_in.extend(lines(new));
-            bump(&mut self.resident, tenant, n);
-            self.placed += n;
         }
+        let (gone, new) = (u64::from(gone.count_ones()), u64::from(new.count_ones()));
+        if gone > 0 {
+            self.resident[tenant as usize] -= gone;
+        }
+        if new > 0 {
+            bump(&mut self.resident, tenant, new);
+        }
+        self.placed = self.placed + new - gone;
     }
 
     /// Assigns every bin the zone in `new_zone` (indexed like `bins`),
@@ -527,14 +526,14 @@ pub(crate) fn keep_top(v: &mut Vec<(f64, u64, u32)>, k: usize) {
 /// no longer fits (a smaller one after it may); returns the lines they take.
 /// With every footprint equal this is [`keep_top`] of `budget / footprint`.
 pub(crate) fn keep_top_lines(v: &mut Vec<(f64, u64, u32)>, budget: u64, bins: &Bins) -> u64 {
-    let total: u64 = v.iter().map(|c| bins.footprint(c.2)).sum();
-    if total <= budget {
-        return total;
-    }
     if bins.fill == BinFill::WholeBin {
         let lpb = bins.lines_per_bin();
         keep_top(v, (budget / lpb) as usize);
         return v.len() as u64 * lpb;
+    }
+    let total: u64 = v.iter().map(|c| bins.footprint(c.2)).sum();
+    if total <= budget {
+        return total;
     }
     v.sort_unstable_by(by_score_desc);
     let mut used = 0;

@@ -375,6 +375,38 @@ fn dir() -> Option<PathBuf> {
     Some(d)
 }
 
+/// Replays one trace of [`TRACES`] through `kinds` under `cfg`: each
+/// policy's name and [read hits, read misses, write hits, write misses].
+/// Checks on the way that the zones of GREM and D-GREM add up to the cache.
+fn replay(
+    dir: &std::path::Path,
+    (file, format, bytes): (&str, Format, u64),
+    kinds: &[PolicyKind],
+    cfg: &SimConfig,
+    clock: &VirtualClock,
+) -> Vec<(&'static str, [u64; 4])> {
+    let sources: Vec<Box<dyn Source>> = vec![Box::new(FileSource {
+        name: file.to_string(),
+        format,
+        path: dir.join(file),
+    })];
+    let jobs: Vec<(PolicyKind, u64)> = kinds.iter().map(|&k| (k, bytes)).collect();
+    run_matrix(&sources, &jobs, cfg, 2, clock)
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            assert!(r
+                .zones
+                .is_none_or(|z| z.long_term_lines + z.short_term_lines == r.capacity_lines));
+            let t = &r.total;
+            (
+                r.policy.name(),
+                [t.read_hits, t.read_misses, t.write_hits, t.write_misses],
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn every_policy_on_every_real_trace() {
     let Some(dir) = dir() else { return };
@@ -382,11 +414,6 @@ fn every_policy_on_every_real_trace() {
     let clock = VirtualClock::new(0);
     let mut got: Vec<Row> = Vec::new();
     for (file, format, bytes) in TRACES {
-        let sources: Vec<Box<dyn Source>> = vec![Box::new(FileSource {
-            name: file.to_string(),
-            format,
-            path: dir.join(file),
-        })];
         for stretched in [false, true] {
             let cfg = SimConfig {
                 span_secs: stretched.then_some(3600.0),
@@ -406,21 +433,8 @@ fn every_policy_on_every_real_trace() {
                         )
                 })
                 .collect();
-            let jobs: Vec<(PolicyKind, u64)> = kinds.iter().map(|&k| (k, bytes)).collect();
-            let results = run_matrix(&sources, &jobs, &cfg, 2, &clock).unwrap();
-            for r in results {
-                let t = &r.total;
-                assert!(
-                    r.zones.is_none()
-                        || r.zones.unwrap().long_term_lines + r.zones.unwrap().short_term_lines
-                            == r.capacity_lines
-                );
-                got.push((
-                    file,
-                    r.policy.name(),
-                    stretched,
-                    [t.read_hits, t.read_misses, t.write_hits, t.write_misses],
-                ));
+            for (policy, counts) in replay(&dir, (file, format, bytes), &kinds, &cfg, &clock) {
+                got.push((file, policy, stretched, counts));
             }
         }
     }
@@ -486,27 +500,22 @@ fn grem_plus_on_every_real_trace() {
     let Some(dir) = dir() else { return };
     let print = std::env::var_os("GOLDEN_PRINT").is_some();
     let clock = VirtualClock::new(0);
+    let mut cfg = SimConfig {
+        span_secs: Some(3600.0),
+        ..SimConfig::default()
+    };
+    cfg.policy.bin_fill = cache::BinFill::Adaptive;
+    cfg.policy.fill_free_flash = true;
     let mut got = Vec::new();
-    for (file, format, bytes) in TRACES {
-        let sources: Vec<Box<dyn Source>> = vec![Box::new(FileSource {
-            name: file.to_string(),
-            format,
-            path: dir.join(file),
-        })];
-        let mut cfg = SimConfig {
-            span_secs: Some(3600.0),
-            ..SimConfig::default()
-        };
-        cfg.policy.bin_fill = cache::BinFill::Adaptive;
-        cfg.policy.fill_free_flash = true;
-        let jobs = [(PolicyKind::Grem, bytes), (PolicyKind::Dgrem, bytes)];
-        for r in run_matrix(&sources, &jobs, &cfg, 2, &clock).unwrap() {
-            let t = &r.total;
-            got.push((
-                file,
-                r.policy.name(),
-                [t.read_hits, t.read_misses, t.write_hits, t.write_misses],
-            ));
+    for trace in TRACES {
+        for (policy, counts) in replay(
+            &dir,
+            trace,
+            &[PolicyKind::Grem, PolicyKind::Dgrem],
+            &cfg,
+            &clock,
+        ) {
+            got.push((trace.0, policy, counts));
         }
     }
     if print {
