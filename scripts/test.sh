@@ -41,6 +41,9 @@ if ((${#missing[@]})); then
 fi
 
 export RUST_BACKTRACE=1
+# A clean build gains nothing from incremental compilation's cache, which
+# costs disk (see [profile.dev] in Cargo.toml); a developer may turn it on.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # Lints first (the workspace's [workspace.lints] in Cargo.toml; same as `make lint`).
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo build --workspace --all-targets --quiet
