@@ -34,5 +34,6 @@ pub use checkpoint::{CheckpointStore, DirCheckpoints, MemCheckpoints};
 pub use error::FtlError;
 pub use gc::GcPolicyKind;
 pub use vssd::{
-    default_capacity, max_capacity, Extent, FtlStats, Pressure, PressureHook, Vssd, VssdConfig,
+    default_capacity, max_capacity, Extent, FtlStats, Placement, Pressure, PressureHook, Vssd,
+    VssdConfig,
 };

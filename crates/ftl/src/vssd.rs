@@ -40,6 +40,7 @@ mod recovery;
 mod room;
 mod sync;
 
+pub use alloc::Placement;
 pub(crate) use alloc::{BState, Blk, PuState, GC_RESERVE};
 pub use config::{default_capacity, max_capacity, Extent, FtlStats, VssdConfig};
 pub(crate) use mapping::{Mapping, TRIM_REC, UNMAPPED};
@@ -72,6 +73,8 @@ pub(crate) struct Inner {
     pub(crate) pus: Vec<PuState>,
     /// Next parallel unit a host page goes to.
     pub(crate) rr: usize,
+    /// How host pages are spread over the units.
+    pub(crate) placement: Placement,
     pub(crate) counters: Counters,
     pub(crate) gone: bool,
     /// The read-modify-write page buffer.
@@ -157,6 +160,7 @@ impl Vssd {
             blocks,
             pus,
             rr: 0,
+            placement: Placement::default(),
             counters: Counters::default(),
             gone: false,
             scratch: vec![0; geo.page_size as usize],
@@ -253,6 +257,18 @@ impl Vssd {
             lent,
             ..self.cfg.clone()
         }
+    }
+
+    /// Sets how the host pages written from now on are spread over the
+    /// parallel units (see [`Placement`]); pages already written stay where
+    /// they are. A new or reopened vSSD stripes.
+    pub fn set_placement(&self, placement: Placement) {
+        self.inner.lock().placement = placement;
+    }
+
+    /// How host pages are spread over the parallel units now.
+    pub fn placement(&self) -> Placement {
+        self.inner.lock().placement
     }
 
     /// Counters and gauges.

@@ -13,7 +13,10 @@ use std::sync::Arc;
 use blockdev::{Alloc, BlockDev, MemDev};
 use clock::VirtualClock;
 use flash::{Backend, FlashDevice, Geometry, Timing};
-use ftl::{max_capacity, CheckpointStore, Extent, GcPolicyKind, MemCheckpoints, Vssd, VssdConfig};
+use ftl::{
+    max_capacity, CheckpointStore, Extent, GcPolicyKind, MemCheckpoints, Placement, Vssd,
+    VssdConfig,
+};
 use proptest::prelude::*;
 use rng::SplitMix64;
 
@@ -323,9 +326,70 @@ fn bandwidth_scales_with_channels_in_model_time() {
 /// writing the same pages one request each: same completion times, same
 /// bytes and OOB records on every flash page, same write pointers. The
 /// writes cross block boundaries (8 pages a block), where a unit without
-/// room for its share takes its page the page-at-a-time way.
+/// room for its share takes its page the page-at-a-time way. For both
+/// placements: striped, and filled a unit's block at a time.
 #[test]
 fn a_multi_page_write_lands_as_page_by_page() {
+    lands_as_page_by_page(Placement::Stripe);
+}
+
+/// Filled, pages written one after another (single pages at scattered
+/// addresses, as a database's commits write them) lie side by side in one
+/// unit's block until it is full, then in the next unit's: what a flush
+/// writes back is one range. Striped, they are one page a unit.
+#[test]
+fn filled_writes_lie_side_by_side_until_the_block_is_full() {
+    let g = geo();
+    let ps = u64::from(g.page_size);
+    let ppb = u64::from(g.pages_per_block);
+    let units = u64::from(g.channels * g.dies_per_channel);
+    for placement in [Placement::Fill, Placement::Stripe] {
+        let dev = Arc::new(FlashDevice::open(&Backend::Memory, g, Timing::default()).unwrap());
+        let clock = Arc::new(VirtualClock::new(0));
+        let ckpt: Arc<dyn CheckpointStore> = Arc::new(MemCheckpoints::default());
+        let v = Vssd::create(dev.clone(), cfg(&g, GcPolicyKind::Greedy), clock, ckpt).unwrap();
+        assert_eq!(v.placement(), Placement::Stripe, "a new vSSD stripes");
+        v.set_placement(placement);
+        // Distinct, scattered addresses.
+        let lbas: Vec<u64> = (0..ppb + 3).map(|i| (i * 37) % (v.size() / ps)).collect();
+        for (i, &lba) in lbas.iter().enumerate() {
+            v.write(lba * ps, &vec![i as u8; ps as usize], false)
+                .unwrap();
+        }
+        // The flash page of each write's LBA, in write order.
+        let mut gp = Vec::new();
+        for &lba in &lbas {
+            let newest = (0..g.total_pages())
+                .filter_map(|p| dev.oob(p).map(|o| (p, o)))
+                .filter(|(_, o)| o.lba == lba && matches!(o.kind, flash::OobKind::Data))
+                .max_by_key(|(_, o)| o.seq)
+                .unwrap();
+            gp.push(newest.0);
+        }
+        let blocks: std::collections::BTreeSet<u64> = gp.iter().map(|p| p / ppb).collect();
+        match placement {
+            Placement::Fill => {
+                assert!(
+                    gp[..ppb as usize].windows(2).all(|w| w[1] == w[0] + 1),
+                    "filled: the first block's pages in write order: {gp:?}"
+                );
+                assert_eq!(blocks.len(), 2, "filled: one block, then the next unit's");
+            }
+            Placement::Stripe => {
+                assert_eq!(blocks.len() as u64, units, "striped: a page per unit");
+            }
+        }
+    }
+}
+
+/// [`a_multi_page_write_lands_as_page_by_page`] with the pages filled a
+/// unit's block at a time: a filled write's pages land side by side.
+#[test]
+fn a_filled_multi_page_write_lands_as_page_by_page() {
+    lands_as_page_by_page(Placement::Fill);
+}
+
+fn lands_as_page_by_page(placement: Placement) {
     let g = Geometry {
         blocks_per_plane: 48,
         ..geo()
@@ -342,6 +406,7 @@ fn a_multi_page_write_lands_as_page_by_page() {
             ckpt,
         )
         .unwrap();
+        v.set_placement(placement);
         (dev, clock, v)
     };
     let (da, ca, a) = open();
@@ -396,9 +461,20 @@ fn a_multi_page_write_lands_as_page_by_page() {
 /// steps could follow a request's pages). Those that meet a block boundary,
 /// or whose GC steps may drain a victim whole or choose a second one, go page
 /// by page, GC's moves between their pages. And every read returns the last write. Whole-page requests of
-/// up to three pages per unit overwrite a vSSD three times.
+/// up to three pages per unit overwrite a vSSD three times. For both
+/// placements.
 #[test]
 fn a_request_keeps_its_pages_together_while_gc_moves_others() {
+    keeps_pages_together(Placement::Stripe);
+}
+
+/// [`a_request_keeps_its_pages_together_while_gc_moves_others`], filled.
+#[test]
+fn a_filled_request_keeps_its_pages_together_while_gc_moves_others() {
+    keeps_pages_together(Placement::Fill);
+}
+
+fn keeps_pages_together(placement: Placement) {
     let g = Geometry {
         blocks_per_plane: 16,
         pages_per_block: 64,
@@ -411,6 +487,7 @@ fn a_request_keeps_its_pages_together_while_gc_moves_others() {
     let mut c = cfg(&g, GcPolicyKind::Greedy);
     c.capacity_bytes = c.capacity_bytes / ps * 7 / 8 * ps;
     let v = Vssd::create(dev.clone(), c, clock.clone(), ckpt).unwrap();
+    v.set_placement(placement);
     let m = MemDev::new(v.size());
     let pages = v.size() / ps;
     let units = u64::from(g.channels * g.dies_per_channel);

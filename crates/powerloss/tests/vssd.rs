@@ -4,7 +4,8 @@
 //! data, OOB and erase units, torn pairs included). Each state is recovered
 //! (`Vssd::open` of both tenants on a device holding it) and checked: FUA and
 //! flushed writes intact, every other page an older or newer version of
-//! itself, recovery never failing, and the recovered vSSDs writable.
+//! itself, recovery never failing, and the recovered vSSDs writable. Host
+//! pages striped over the units and filled a unit at a time, by seed.
 //!
 //! `FLEXSSD_POWERLOSS_STATES=100000 cargo test --release -p powerloss --test
 //! vssd -- --ignored --nocapture` runs the long version.
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use blockdev::BlockDev;
 use clock::VirtualClock;
 use flash::{FlashDevice, Geometry, Timing};
-use ftl::{default_capacity, Extent, GcPolicyKind, Vssd, VssdConfig};
+use ftl::{default_capacity, Extent, GcPolicyKind, Placement, Vssd, VssdConfig};
 use powerloss::{step, Chooser, Figures, Mix, SnapCheckpoints, Vol, VolModel};
 use rng::SplitMix64;
 
@@ -138,13 +139,15 @@ fn run(seed: u64, ops: u64, points: u64, per_point: u64, mix: Mix) -> Result<Fig
     let vssds: Vec<Arc<Vssd>> = cfgs
         .iter()
         .map(|c| {
-            Vssd::create(
+            let v = Vssd::create(
                 dev.clone(),
                 c.clone(),
                 clock.clone(),
                 Arc::new(ckpt.clone()),
             )
-            .unwrap()
+            .unwrap();
+            v.set_placement(placement(seed));
+            v
         })
         .collect();
     let mut vols: Vec<Vol> = cfgs
@@ -231,6 +234,16 @@ fn dump(live: &FlashDevice, point: &flash::CrashPoint, keep: &[bool]) {
 }
 
 /// Odd seeds sync rarely, so their crash points hold more unsynced units.
+/// Both placements of host pages, two seeds each in turn: striped (seeds
+/// 0, 1, 4, 5, ...) and filled a unit's block at a time (2, 3, 6, 7, ...).
+fn placement(seed: u64) -> Placement {
+    if (seed / 2).is_multiple_of(2) {
+        Placement::Stripe
+    } else {
+        Placement::Fill
+    }
+}
+
 fn mix(seed: u64) -> Mix {
     if !seed.is_multiple_of(2) {
         Mix {

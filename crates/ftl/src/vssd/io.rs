@@ -11,11 +11,12 @@ use blockdev::{check_range, IoResult};
 use clock::Nanos;
 use flash::{Oob, OobKind};
 
-use super::{Inner, Vssd, TRIM_REC, UNMAPPED};
+use super::{Inner, Placement, Vssd, TRIM_REC, UNMAPPED};
 use crate::FtlError;
 
 /// Pages of one unit that [`Vssd::write_pages`] joins into one device write at
-/// most (a 128 KiB request on the default vSSD's 16 units has 2 a unit).
+/// most when striping (a 128 KiB request on the default vSSD's 16 units has 2 a
+/// unit); filling, as many as the units together (one unit takes them all).
 const JOIN_PER_UNIT: usize = 16;
 
 /// A checkpoint is taken when this many trim records are live, or fewer on
@@ -207,17 +208,18 @@ impl Vssd {
 
     /// Writes whole logical pages from `lba0` on, one per page of `data`,
     /// where the page-at-a-time loop ([`Vssd::write_page`] for each) would put
-    /// them: page `i` on unit `(rr + i) % units`, each unit's pages side by
-    /// side in its active block, sequence numbers and host bookings in request
-    /// order. What changes is the store: a unit's pages of the request are
-    /// written in one device program (two writes to the host file instead of
-    /// two per page).
+    /// them: striped, page `i` on unit `(rr + i) % units`; filled, on unit
+    /// `rr` while its active block has room (see [`super::Placement`]); each
+    /// unit's pages side by side in its active block, sequence numbers and
+    /// host bookings in request order. What changes is the store: a unit's
+    /// pages of the request are written in one device program (two writes to
+    /// the host file instead of two per page).
     ///
     /// Background GC's steps, one per page as the loop takes them, come after
     /// the request's pages on each unit rather than between them (a host
     /// write's pages before the background work it triggers, as a controller
     /// schedules them). So the joined path is taken only when that cannot
-    /// change what GC has room for: every unit the pages stripe over has room
+    /// change what GC has room for: every unit the pages go to has room
     /// in its active block for its share of the pages *and* for every page its
     /// GC steps may move ([`Vssd::gc_steps_bound`]: no victim drained whole
     /// or chosen after another within the request). Then GC opens no block
@@ -226,10 +228,10 @@ impl Vssd {
     /// request's pages rather than after its first page.
     /// Otherwise one page goes the usual way and the rest are tried again.
     /// Where GC has nothing to do, flash pages, OOB records and times are
-    /// exactly the loop's (`a_multi_page_write_lands_as_page_by_page`). (A
-    /// first version let host pages take room without the bound for GC's
-    /// moves, and the power-loss harness found a crash state that recovered
-    /// with a unit out of space.)
+    /// exactly the loop's (`a_multi_page_write_lands_as_page_by_page`, for
+    /// both placements). (A first version let host pages take room without
+    /// the bound for GC's moves, and the power-loss harness found a crash
+    /// state that recovered with a unit out of space.)
     fn write_pages(&self, g: &mut Inner, lba0: u64, data: &[u8], now: Nanos) -> IoResult {
         let ps = self.page_size;
         let n = data.len() / ps;
@@ -238,25 +240,42 @@ impl Vssd {
         let mut i = 0;
         while i < n {
             let npu = g.pus.len();
-            // At most JOIN_PER_UNIT pages a unit at a time: what the check
-            // below looks at stays small however large the request.
-            let m = (n - i).min(npu.max(1) * JOIN_PER_UNIT);
             let r = g.rr;
-            let units = m.min(npu);
-            let share = |j: usize| (m - j).div_ceil(npu) as u32;
+            // At most JOIN_PER_UNIT pages a unit at a time (striped) or a
+            // block's room (filled): what the check below looks at stays
+            // small however large the request. `groups`: each unit the
+            // pages go to, with the indices (from `i`) of its pages.
+            let (m, groups) = match g.placement {
+                Placement::Stripe => {
+                    let m = (n - i).min(npu.max(1) * JOIN_PER_UNIT);
+                    let groups: Vec<(usize, Vec<usize>)> = (0..m.min(npu))
+                        .map(|j| ((r + j) % npu, (j..m).step_by(npu).collect()))
+                        .collect();
+                    (m, groups)
+                }
+                Placement::Fill => {
+                    let room = g
+                        .pus
+                        .get(r)
+                        .and_then(|st| st.active)
+                        .map_or(0, |b| (self.ppb - g.blocks[b as usize].wp) as usize);
+                    let m = (n - i).min(npu.max(1) * JOIN_PER_UNIT).min(room);
+                    (m, vec![(r, (0..m).collect())])
+                }
+            };
             let lbas = lba0 + i as u64..lba0 + (i + m) as u64;
             let fits = m > 1
                 && npu > 0
-                && (0..units).all(|j| {
-                    let pu = (r + j) % npu;
-                    let Some(b) = g.pus[pu].active else {
+                && groups.iter().all(|(pu, idx)| {
+                    let Some(b) = g.pus[*pu].active else {
                         return false;
                     };
+                    let share = idx.len() as u32;
                     let room = self.ppb - g.blocks[b as usize].wp;
-                    room >= share(j)
+                    room >= share
                         && self
-                            .gc_steps_bound(g, pu, share(j), lbas.clone(), now)
-                            .is_some_and(|moves| room >= share(j) + moves)
+                            .gc_steps_bound(g, *pu, share, lbas.clone(), now)
+                            .is_some_and(|moves| room >= share + moves)
                 });
             if !fits {
                 done = done.max(self.write_page(g, lba0 + i as u64, page(i), now)?);
@@ -265,16 +284,15 @@ impl Vssd {
             }
             // Sequence numbers in request order, as page by page.
             let seqs: Vec<u64> = (0..m).map(|_| g.map.next_seq()).collect();
-            // Where each page of the request went, by its index from `i`.
-            let mut placed = vec![0 as flash::PageId; m];
-            let mut programmed = 0;
+            // Where each page of the request went, by its index from `i`
+            // (`None`: not programmed, after a failure).
+            let mut placed: Vec<Option<flash::PageId>> = vec![None; m];
             let mut failed = None;
-            for j in 0..units {
-                let pu = (r + j) % npu;
+            for (pu, idx) in &groups {
+                let pu = *pu;
                 let Some(b) = g.pus[pu].active else {
                     unreachable!("checked above")
                 };
-                let idx: Vec<usize> = (j..m).step_by(npu).collect();
                 let pages: Vec<&[u8]> = idx.iter().map(|&k| page(i + k)).collect();
                 let oobs: Vec<Oob> = idx
                     .iter()
@@ -295,28 +313,35 @@ impl Vssd {
                 for (q, (&k, o)) in idx.iter().zip(&oobs).enumerate() {
                     let lp = lp + q as u32;
                     self.remap(g, o.lba, lp, o.seq);
-                    placed[k] = self.global_page(g, lp);
+                    placed[k] = Some(self.global_page(g, lp));
                     g.counters.host_pages_written += 1;
                 }
-                programmed = j + 1;
             }
             // The pages written, booked in the order the loop would have.
-            for (k, &gp) in placed.iter().enumerate() {
-                if k % npu < programmed {
-                    done = done.max(self.dev.book_program(gp, now));
-                }
+            for gp in placed.iter().flatten() {
+                done = done.max(self.dev.book_program(*gp, now));
             }
             if let Some(e) = failed {
                 return Err(e.into());
             }
-            g.rr = (r + m) % npu;
+            // The unit of the request's last page, as the loop leaves it.
+            let (last, _) = groups
+                .iter()
+                .find(|(_, idx)| idx.last() == Some(&(m - 1)))
+                .expect("the last page has a unit");
+            g.rr = g.placement.next(*last, npu, g.pus[*last].active.is_some());
             // Background GC's share of each page, in the loop's order: page
             // moves into the active blocks only (checked above), so no block
             // is opened, and at most the victim is erased.
             #[cfg(debug_assertions)]
             let free_before: Vec<usize> = g.pus.iter().map(|st| st.free.len()).collect();
+            let placement = g.placement;
+            let unit_of = |k: usize| match placement {
+                Placement::Stripe => (r + k) % npu,
+                Placement::Fill => r,
+            };
             for k in 0..m {
-                self.gc_step(g, (r + k) % npu, now)?;
+                self.gc_step(g, unit_of(k), now)?;
             }
             #[cfg(debug_assertions)]
             debug_assert!(g
