@@ -81,6 +81,37 @@ impl std::fmt::Display for Mode {
     }
 }
 
+/// Where vSSDs put the pages they write among their parallel units (see
+/// [`ftl::Placement`]), as written in the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlacementSetting {
+    /// Fill in fast mode (where modelled time paces no reply, so striping
+    /// buys the tenant nothing and costs the file backend a write-back range
+    /// per unit at every flush), stripe in emulation mode (where a vSSD's
+    /// bandwidth follows its channel count only if its pages stripe).
+    #[default]
+    Auto,
+    /// Page by page over the units, round-robin.
+    Stripe,
+    /// One unit's open block at a time.
+    Fill,
+}
+
+impl PlacementSetting {
+    /// The placement vSSDs use under `mode`.
+    pub fn resolve(self, mode: Mode) -> ftl::Placement {
+        match (self, mode) {
+            (PlacementSetting::Auto, Mode::Fast) | (PlacementSetting::Fill, _) => {
+                ftl::Placement::Fill
+            }
+            (PlacementSetting::Auto, Mode::Emulation) | (PlacementSetting::Stripe, _) => {
+                ftl::Placement::Stripe
+            }
+        }
+    }
+}
+
 /// The whole configuration of a daemon.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -91,6 +122,10 @@ pub struct Config {
     /// Reply timing. Default [`Mode::Fast`].
     #[serde(default)]
     pub mode: Mode,
+    /// Where vSSDs put the pages they write among their parallel units.
+    /// Default [`PlacementSetting::Auto`].
+    #[serde(default)]
+    pub placement: PlacementSetting,
     /// HTTP API settings.
     #[serde(default)]
     pub api: ApiConfig,
@@ -296,6 +331,7 @@ mod tests {
     fn bad_configs_name_the_field() {
         assert!(err("data_dri = 'x'").contains("data_dri"));
         assert!(err("mode = 'slow'").contains("slow"));
+        assert!(err("placement = 'diagonal'").contains("diagonal"));
         assert!(err("[api]\nlisten = 'nowhere'").contains("listen"));
         assert!(err("[[devices]]\nname = 'a'\nbackend = 'tape'").contains("tape"));
         assert!(
@@ -327,6 +363,24 @@ mod tests {
         assert_eq!("emulation".parse::<Mode>(), Ok(Mode::Emulation));
         assert!("x".parse::<Mode>().is_err());
         assert_eq!(Mode::Emulation.to_string(), "emulation");
+    }
+
+    #[test]
+    fn placement_follows_the_mode_unless_set() {
+        use ftl::Placement;
+        let p = |text: &str| {
+            let c = Config::from_toml(text).unwrap();
+            c.placement.resolve(c.mode)
+        };
+        assert_eq!(Config::default().placement, PlacementSetting::Auto);
+        assert_eq!(p(""), Placement::Fill, "fast mode fills");
+        assert_eq!(p("mode = 'emulation'"), Placement::Stripe);
+        assert_eq!(p("placement = 'stripe'"), Placement::Stripe);
+        assert_eq!(p("mode = 'emulation'\nplacement = 'fill'"), Placement::Fill);
+        assert_eq!(
+            p("placement = 'auto'\nmode = 'emulation'"),
+            Placement::Stripe
+        );
     }
 
     #[test]

@@ -35,7 +35,8 @@ mod store;
 
 pub use config::{
     valid_name, ApiAuth, ApiConfig, BackendKind, ClusterSettings, Config, DashboardSettings,
-    DeviceConfig, EtcdTls, Mode, NbdConfig, NbdTls, SchedulerSettings, VssdSpec, DEFAULT_CONFIG,
+    DeviceConfig, EtcdTls, Mode, NbdConfig, NbdTls, PlacementSetting, SchedulerSettings, VssdSpec,
+    DEFAULT_CONFIG,
 };
 pub use config::{
     HarvestSettings, LendPolicyKind, TenantRole, TierSpec, TierVolumeSpec, UnsoldPolicyKind,

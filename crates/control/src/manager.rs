@@ -103,6 +103,9 @@ impl State {
 pub struct HostManager {
     clock: Arc<dyn Clock>,
     mode: Mode,
+    /// Where every vSSD puts its host pages among its units (the config's
+    /// `placement`, resolved for `mode`).
+    placement: ftl::Placement,
     store: Arc<ControlStore>,
     ckpt: Arc<dyn CheckpointStore>,
     /// Serialises lifecycle operations (vSSD create and delete, the harvester's
@@ -259,6 +262,7 @@ impl HostManager {
             )),
             clock,
             mode: config.mode,
+            placement: config.placement.resolve(config.mode),
             store,
             ckpt,
             lifecycle: Mutex::new(()),
@@ -399,6 +403,9 @@ impl HostManager {
     /// exported unless `publish` is false (a tier's cache vSSD is the tier's
     /// alone, and never visible to NBD clients, not even for a moment).
     fn insert_entry_locked(&self, st: &mut State, rec: VssdRecord, vssd: Arc<Vssd>, publish: bool) {
+        // Before anyone writes to it (the vSSD is new to the manager, so no
+        // other thread holds its lock).
+        vssd.set_placement(self.placement);
         self.hook_pressure(&vssd);
         let w = self.exports.wrap(vssd.clone());
         let (export, io) = (w.export, w.io);

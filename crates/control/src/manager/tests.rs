@@ -71,6 +71,33 @@ fn placed(name: &str, ids: &[u32], blocks: Option<&str>) -> VssdSpec {
     }
 }
 
+/// Every vSSD the daemon builds (created, or reopened at start) places its
+/// pages as the config says for the daemon's mode: filled in fast mode,
+/// striped in emulation mode, unless `placement` names one.
+#[test]
+fn vssds_place_their_pages_as_the_mode_and_config_say() {
+    for (head, want) in [
+        ("", ftl::Placement::Fill),
+        ("mode = \"emulation\"", ftl::Placement::Stripe),
+        ("placement = \"stripe\"", ftl::Placement::Stripe),
+        (
+            "mode = \"emulation\"\nplacement = \"fill\"",
+            ftl::Placement::Fill,
+        ),
+    ] {
+        let text = format!("{head}\n{}", config_text("/nonexistent", "memory", ""));
+        let m = HostManager::open_with(
+            &Config::from_toml(&text).unwrap(),
+            Arc::new(VirtualClock::new(0)),
+            ControlStore::memory().unwrap(),
+            Arc::new(MemCheckpoints::default()),
+        )
+        .unwrap();
+        m.create_vssd(&spec("a", 2)).unwrap();
+        assert_eq!(m.vssd("a").unwrap().placement(), want, "config {head:?}");
+    }
+}
+
 #[test]
 fn create_takes_the_lowest_free_channels() {
     let m = mem_manager("");
