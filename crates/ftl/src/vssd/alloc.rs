@@ -61,26 +61,6 @@ impl Placement {
     }
 }
 
-impl std::str::FromStr for Placement {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "stripe" => Ok(Placement::Stripe),
-            "fill" => Ok(Placement::Fill),
-            _ => Err(format!("unknown placement {s:?} (expected stripe or fill)")),
-        }
-    }
-}
-
-impl std::fmt::Display for Placement {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Placement::Stripe => "stripe",
-            Placement::Fill => "fill",
-        })
-    }
-}
-
 /// Blocks per parallel unit that only GC may open (so GC can always make progress).
 pub(crate) const GC_RESERVE: usize = 1;
 
