@@ -233,7 +233,6 @@ fn dump(live: &FlashDevice, point: &flash::CrashPoint, keep: &[bool]) {
     }
 }
 
-/// Odd seeds sync rarely, so their crash points hold more unsynced units.
 /// Both placements of host pages, two seeds each in turn: striped (seeds
 /// 0, 1, 4, 5, ...) and filled a unit's block at a time (2, 3, 6, 7, ...).
 fn placement(seed: u64) -> Placement {
@@ -244,6 +243,7 @@ fn placement(seed: u64) -> Placement {
     }
 }
 
+/// Odd seeds sync rarely, so their crash points hold more unsynced units.
 fn mix(seed: u64) -> Mix {
     if !seed.is_multiple_of(2) {
         Mix {

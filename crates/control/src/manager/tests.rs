@@ -71,9 +71,10 @@ fn placed(name: &str, ids: &[u32], blocks: Option<&str>) -> VssdSpec {
     }
 }
 
-/// Every vSSD the daemon builds (created, or reopened at start) places its
-/// pages as the config says for the daemon's mode: filled in fast mode,
-/// striped in emulation mode, unless `placement` names one.
+/// A vSSD the daemon creates places its pages as the config says for the
+/// daemon's mode: filled in fast mode, striped in emulation mode, unless
+/// `placement` names one (reopened vSSDs take it at the same place,
+/// `insert_entry_locked`).
 #[test]
 fn vssds_place_their_pages_as_the_mode_and_config_say() {
     for (head, want) in [

@@ -243,15 +243,18 @@ impl Vssd {
             let r = g.rr;
             // At most JOIN_PER_UNIT pages a unit at a time (striped) or a
             // block's room (filled): what the check below looks at stays
-            // small however large the request. `groups`: each unit the
-            // pages go to, with the indices (from `i`) of its pages.
-            let (m, groups) = match g.placement {
+            // small however large the request. Group `j` of `groups` is
+            // unit `unit_of(j)` with the pages `j, j + step, ...` below `m`
+            // (indices from `i`); page `k` is on `unit_of(k)`.
+            let placement = g.placement;
+            let unit_of = |k: usize| match placement {
+                Placement::Stripe => (r + k) % npu,
+                Placement::Fill => r,
+            };
+            let (m, groups, step) = match placement {
                 Placement::Stripe => {
                     let m = (n - i).min(npu.max(1) * JOIN_PER_UNIT);
-                    let groups: Vec<(usize, Vec<usize>)> = (0..m.min(npu))
-                        .map(|j| ((r + j) % npu, (j..m).step_by(npu).collect()))
-                        .collect();
-                    (m, groups)
+                    (m, m.min(npu), npu)
                 }
                 Placement::Fill => {
                     let room = g
@@ -259,23 +262,23 @@ impl Vssd {
                         .get(r)
                         .and_then(|st| st.active)
                         .map_or(0, |b| (self.ppb - g.blocks[b as usize].wp) as usize);
-                    let m = (n - i).min(npu.max(1) * JOIN_PER_UNIT).min(room);
-                    (m, vec![(r, (0..m).collect())])
+                    ((n - i).min(npu.max(1) * JOIN_PER_UNIT).min(room), 1, 1)
                 }
             };
+            let share = |j: usize| (m - j).div_ceil(step) as u32;
             let lbas = lba0 + i as u64..lba0 + (i + m) as u64;
             let fits = m > 1
                 && npu > 0
-                && groups.iter().all(|(pu, idx)| {
-                    let Some(b) = g.pus[*pu].active else {
+                && (0..groups).all(|j| {
+                    let pu = unit_of(j);
+                    let Some(b) = g.pus[pu].active else {
                         return false;
                     };
-                    let share = idx.len() as u32;
                     let room = self.ppb - g.blocks[b as usize].wp;
-                    room >= share
+                    room >= share(j)
                         && self
-                            .gc_steps_bound(g, *pu, share, lbas.clone(), now)
-                            .is_some_and(|moves| room >= share + moves)
+                            .gc_steps_bound(g, pu, share(j), lbas.clone(), now)
+                            .is_some_and(|moves| room >= share(j) + moves)
                 });
             if !fits {
                 done = done.max(self.write_page(g, lba0 + i as u64, page(i), now)?);
@@ -288,11 +291,12 @@ impl Vssd {
             // (`None`: not programmed, after a failure).
             let mut placed: Vec<Option<flash::PageId>> = vec![None; m];
             let mut failed = None;
-            for (pu, idx) in &groups {
-                let pu = *pu;
+            for j in 0..groups {
+                let pu = unit_of(j);
                 let Some(b) = g.pus[pu].active else {
                     unreachable!("checked above")
                 };
+                let idx: Vec<usize> = (j..m).step_by(step).collect();
                 let pages: Vec<&[u8]> = idx.iter().map(|&k| page(i + k)).collect();
                 let oobs: Vec<Oob> = idx
                     .iter()
@@ -324,22 +328,14 @@ impl Vssd {
             if let Some(e) = failed {
                 return Err(e.into());
             }
-            // The unit of the request's last page, as the loop leaves it.
-            let (last, _) = groups
-                .iter()
-                .find(|(_, idx)| idx.last() == Some(&(m - 1)))
-                .expect("the last page has a unit");
-            g.rr = g.placement.next(*last, npu, g.pus[*last].active.is_some());
+            // After the request's last page, as the loop leaves it.
+            let last = unit_of(m - 1);
+            g.rr = placement.next(last, npu, g.pus[last].active.is_some());
             // Background GC's share of each page, in the loop's order: page
             // moves into the active blocks only (checked above), so no block
             // is opened, and at most the victim is erased.
             #[cfg(debug_assertions)]
             let free_before: Vec<usize> = g.pus.iter().map(|st| st.free.len()).collect();
-            let placement = g.placement;
-            let unit_of = |k: usize| match placement {
-                Placement::Stripe => (r + k) % npu,
-                Placement::Fill => r,
-            };
             for k in 0..m {
                 self.gc_step(g, unit_of(k), now)?;
             }
