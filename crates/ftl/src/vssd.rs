@@ -460,16 +460,28 @@ impl BlockDev for Vssd {
         while pos < buf.len() {
             let at = offset + pos as u64;
             let off = (at % ps) as usize;
-            let n = (self.page_size - off).min(buf.len() - pos);
-            // Start loading the next page while this one is copied (pages of one
+            // The logical pages that follow lie on the flash pages that follow,
+            // in the same block (written side by side): one run, one copy.
+            let pages = self.run_at(
+                &g,
+                at / ps,
+                (off + buf.len() - pos).div_ceil(self.page_size),
+            );
+            let n = (pages * self.page_size - off).min(buf.len() - pos);
+            // Start loading the next page while this run is copied (pages of one
             // request are scattered once random writes have moved them).
             if pos + n < buf.len() {
-                let next = g.map.l2p[(at / ps + 1) as usize];
+                let next = g.map.l2p[(at / ps) as usize + pages];
                 if next != UNMAPPED {
                     self.dev.prefetch(self.global_page(&g, next));
                 }
             }
-            done = done.max(self.read_part(&mut g, at / ps, off, &mut buf[pos..pos + n], now)?);
+            let out = &mut buf[pos..pos + n];
+            done = done.max(if pages == 1 {
+                self.read_part(&mut g, at / ps, off, out, now)?
+            } else {
+                self.read_run(&mut g, at / ps, pages, off, out, now)?
+            });
             pos += n;
         }
         Ok(done)

@@ -66,6 +66,39 @@ impl Vssd {
         Ok(self.dev.read(gp, off, out, now)?)
     }
 
+    /// How many of the `most` logical pages from `lba` on lie on consecutive
+    /// flash pages of one block, as [`Self::read_run`] reads them: at least
+    /// one (an unmapped page is a run of one, read as zeros).
+    pub(super) fn run_at(&self, g: &Inner, lba: u64, most: usize) -> usize {
+        let l2p = &g.map.l2p;
+        let first = l2p[lba as usize];
+        if first == UNMAPPED {
+            return 1;
+        }
+        // Not past the block `first` lies in.
+        let most = most.min((self.ppb - first % self.ppb) as usize);
+        (1..most)
+            .find(|&i| l2p[lba as usize + i] != first + i as u32)
+            .unwrap_or(most.max(1))
+    }
+
+    /// Reads `out.len()` bytes from `off` bytes into logical page `lba`, on
+    /// over the `pages` logical pages from `lba`, which [`Self::run_at`] found
+    /// on consecutive flash pages of one block: one read of the run.
+    pub(super) fn read_run(
+        &self,
+        g: &mut Inner,
+        lba: u64,
+        pages: usize,
+        off: usize,
+        out: &mut [u8],
+        now: Nanos,
+    ) -> Result<Nanos, FtlError> {
+        let gp = self.global_page(g, g.map.l2p[lba as usize]);
+        g.counters.flash_pages_read += pages as u64;
+        Ok(self.dev.read_run(gp, off, out, now)?)
+    }
+
     /// Overwrites `data.len()` bytes at `off` within logical page `lba` (read-modify-write).
     fn write_partial(
         &self,
