@@ -13,7 +13,8 @@
 # before every benchmark. A second table gives the bytes each server made the
 # host's disk write during the pgbench step (initdb, load, run): the disk that
 # holds the work directory, from its /sys/class/block statistics, so other
-# writers on the machine count too.
+# writers on the machine count too. A third gives the same disk's writes per
+# transaction during pgbench's timed run alone (what a commit costs the host).
 #
 #   scripts/bench-apps.sh [REPS [PGBENCH_SECONDS]]   (default 1 repetition, 30 s)
 #
@@ -23,6 +24,9 @@
 #   DB_NUM=1000000     db_bench keys (100-byte values)
 #   OUT=DIR            also write DIR/bench-apps.csv (one row per measurement)
 #   SERVERS="fx kf km" the servers to run (flexssd, nbdkit file, nbdkit memory)
+#   PLACEMENT=stripe|fill  flexssd's top-level `placement` (default: the
+#                      embedded default's "auto", which fills in fast mode):
+#                      run twice to compare how a vSSD's pages are placed
 #   FLEXSSD_BASE_BIN=PATH  also run this flexssd build (server "bs", a baseline)
 #                      in the same rotation; the tables gain a new/base column
 #   WORKLOADS="pgbench fillrandom readrandom readrandomwriterandom"  the rows
@@ -84,6 +88,11 @@ trap 'detach || true; stop_daemon; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/nu
 # flexssd on its embedded default, with only the data directory, the API
 # address and the NBD socket moved into $WORK.
 DEFAULT_BODY=$(default_body)
+if [ -n "${PLACEMENT:-}" ]; then
+  case $PLACEMENT in stripe|fill|auto) ;; *) echo "bench-apps: PLACEMENT must be stripe, fill or auto, not '$PLACEMENT'" >&2; exit 1 ;; esac
+  grep -q '^placement = ' <<<"$DEFAULT_BODY" || { echo "bench-apps: the default configuration has no top-level placement line" >&2; exit 1; }
+  DEFAULT_BODY=$(sed "s/^placement = .*/placement = \"$PLACEMENT\"/" <<<"$DEFAULT_BODY")
+fi
 # A second vSSD on other channels of the same device: the neighbour of the
 # isolation row (pgbench+neighbour); the other rows never touch it.
 DEFAULT_BODY+='
@@ -141,7 +150,8 @@ drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 DISK=$(basename "$(df --output=source "$WORK" | tail -1)")
 disk_written() { [ -r "/sys/class/block/$DISK/stat" ] && awk '{print $7}' "/sys/class/block/$DISK/stat"; }
 
-# pgbench on $MNT: prints tps. With a URI, a neighbour writes to that export
+# pgbench on $MNT: prints tps, and leaves in $WORK/pg.run the transactions
+# processed and the host disk's sectors written during the timed run. With a URI, a neighbour writes to that export
 # (fio, 4 KiB random writes at queue depth 32, no flushes) while pgbench runs.
 pg() {
   local pg=$MNT/pg
@@ -157,7 +167,10 @@ pg() {
     noise=$!
     sleep 1
   fi
+  local d0; d0=$(disk_written)
   out=$(runuser -u postgres -- pgbench -h "$MNT" -c 4 -j 4 -T "$PG_T" postgres 2>/dev/null)
+  local d1; d1=$(disk_written)
+  echo "$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out" | head -1) $([ -n "$d0" ] && echo $((d1 - d0)))" > "$WORK/pg.run"
   if [ -n "$noise" ]; then
     kill -INT "$noise" 2>/dev/null || true
     wait "$noise" 2>/dev/null || true
@@ -203,6 +216,8 @@ for fs in $FS; do
         sync
         got[$fs,$s,pgbench]+="$v "
         [ -n "$d0" ] && got[$fs,$s,diskmb]+="$(( ($(disk_written) - d0) / 2048 )) "
+        read -r tx sectors < "$WORK/pg.run" || true
+        [ -n "${sectors:-}" ] && [ "${tx:-0}" -gt 0 ] && got[$fs,$s,disktx]+="$(python3 -c "print(f'{$sectors * 512 / 4096 / $tx:.1f}')") "
         [ -n "${OUT:-}" ] && echo "$fs,$r,$s,pgbench,$v" >> "$OUT/bench-apps.csv"
       fi
       if has_row pgbench+neighbour; then
@@ -267,5 +282,14 @@ if [ -n "$(disk_written)" ]; then
   for fs in $FS; do
     # shellcheck disable=SC2086
     echo "| $fs | $(med ${got[$fs,fx,diskmb]:-0}) | $(med ${got[$fs,kf,diskmb]:-0}) | $(med ${got[$fs,km,diskmb]:-0}) |${BASE_BIN:+ $(med ${got[$fs,bs,diskmb]:-0}) |}"
+  done
+  echo
+  echo "Host disk ($DISK) writes per pgbench transaction during the ${PG_T}s run alone, in 4 KiB:"
+  echo
+  echo "| file system | flexssd | nbdkit file | nbdkit memory |${BASE_BIN:+ flexssd base |}"
+  echo "|---|---:|---:|---:|${BASE_BIN:+---:|}"
+  for fs in $FS; do
+    # shellcheck disable=SC2086
+    echo "| $fs | $(med ${got[$fs,fx,disktx]:-0}) | $(med ${got[$fs,kf,disktx]:-0}) | $(med ${got[$fs,km,disktx]:-0}) |${BASE_BIN:+ $(med ${got[$fs,bs,disktx]:-0}) |}"
   done
 fi
