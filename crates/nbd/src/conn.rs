@@ -613,6 +613,17 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         }
     }
 
+    /// The next request header if the stream has it now, without waiting
+    /// (`None`: it would wait). Cancel-safe: bytes a read returned stay in
+    /// the buffer.
+    async fn fill_now(&mut self) -> Option<std::io::Result<bool>> {
+        tokio::select! {
+            biased;
+            r = self.inbuf.fill(&mut self.rd, proto::REQUEST_HEADER_LEN) => Some(r),
+            () = std::future::ready(()) => None,
+        }
+    }
+
     /// Before the thread parks to wait for the next request: lets the writer
     /// send what is queued (it runs on this thread), then looks for the next
     /// request up to `spin_polls` times without sleeping (each look polls the
@@ -635,11 +646,7 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         let mut last = self.spin_clock.now();
         for _ in 0..self.spin_polls {
             tokio::task::yield_now().await;
-            let r = tokio::select! {
-                biased;
-                r = self.inbuf.fill(&mut self.rd, proto::REQUEST_HEADER_LEN) => Some(r),
-                () = std::future::ready(()) => None,
-            };
+            let r = self.fill_now().await;
             if r.is_some() {
                 return r;
             }
@@ -658,15 +665,28 @@ impl<R: AsyncRead + Unpin> Conn<R> {
     async fn serve(&mut self) -> Result<(), NbdError> {
         loop {
             if self.inbuf.len() < proto::REQUEST_HEADER_LEN {
-                self.kick();
-                let filled = match self.spin().await {
+                // A request already below the socket first: a TLS session
+                // hands over one record, so one request, a read, while the
+                // rest of a burst waits deciphered-to-be in its buffer. Taken
+                // now, a burst's replies are queued together and leave in one
+                // batch; kicking the writer after each request sent each
+                // reply on its own (a socket write and a reactor poll per
+                // request). On a socket a short read has cleared readiness,
+                // so the look costs no system call.
+                let filled = match self.fill_now().await {
                     Some(r) => r?,
-                    None => tokio::select! {
-                    biased;
-                    _ = wait_shutdown(&mut self.shutdown) => return Ok(()),
-                    _ = self.shared.writer_gone.notified() => return Err(NbdError::WriterGone),
-                    r = self.inbuf.fill(&mut self.rd, proto::REQUEST_HEADER_LEN) => r?,
-                    },
+                    None => {
+                        self.kick();
+                        match self.spin().await {
+                            Some(r) => r?,
+                            None => tokio::select! {
+                            biased;
+                            _ = wait_shutdown(&mut self.shutdown) => return Ok(()),
+                            _ = self.shared.writer_gone.notified() => return Err(NbdError::WriterGone),
+                            r = self.inbuf.fill(&mut self.rd, proto::REQUEST_HEADER_LEN) => r?,
+                            },
+                        }
+                    }
                 };
                 if !filled {
                     return if self.inbuf.len() == 0 {
@@ -1294,6 +1314,121 @@ mod tests {
         ) -> std::task::Poll<std::io::Result<()>> {
             std::task::Poll::Ready(Ok(()))
         }
+    }
+
+    /// A stream that hands over at most `max` bytes a read (a TLS session
+    /// gives one record, here one request, per read) and then waits forever.
+    struct OneAtATime {
+        data: Vec<u8>,
+        pos: usize,
+        max: usize,
+    }
+
+    impl AsyncRead for OneAtATime {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if self.pos == self.data.len() {
+                return std::task::Poll::Pending;
+            }
+            let n = (self.data.len() - self.pos)
+                .min(self.max)
+                .min(buf.remaining());
+            let at = self.pos;
+            buf.put_slice(&self.data[at..at + n]);
+            self.pos += n;
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Counts the writer's flushes (one per batch of replies) and the bytes.
+    #[derive(Clone, Default)]
+    struct Batches(Arc<Mutex<(usize, usize)>>);
+
+    impl AsyncWrite for Batches {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.0.lock().1 += buf.len();
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            self.0.lock().0 += 1;
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A burst of requests that the stream hands over one per read, as a
+    /// TLS session does, is answered in one batch, not a batch (a socket
+    /// write) per request: the reader takes a request the stream already
+    /// has before it lets the writer run.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_burst_read_a_request_at_a_time_is_answered_in_one_batch() {
+        const N: usize = 32;
+        let mut data = Vec::new();
+        for i in 0..N as u64 {
+            data.extend_from_slice(&proto::encode_request(&proto::RequestHeader {
+                flags: 0,
+                kind: proto::CMD_READ,
+                cookie: i,
+                offset: i * 4096,
+                length: 4096,
+            }));
+        }
+        let rd = OneAtATime {
+            data,
+            pos: 0,
+            max: proto::REQUEST_HEADER_LEN,
+        };
+        let dev: Arc<dyn BlockDev> = Arc::new(blockdev::MemDev::new(1 << 20));
+        let neg = Negotiated {
+            export: crate::Export {
+                name: String::new(),
+                description: String::new(),
+                dev: dev.clone(),
+                pace: None,
+                gate: None,
+                owner: None,
+            },
+            structured: false,
+            block_status: false,
+            size: 1 << 20,
+            block: dev.block_sizes(),
+        };
+        let knobs = Knobs {
+            max_payload: 1 << 20,
+            paced_budget: 1 << 20,
+            spin_polls: crate::DEFAULT_SPIN_POLLS,
+        };
+        let w = Batches::default();
+        let seen = w.clone();
+        let (tx, rx) = watch::channel(false);
+        let conn = tokio::spawn(transmit(rd, InBuf::new(1 << 16), w, neg, knobs, Some(rx)));
+        let want = N * (proto::SIMPLE_REPLY_LEN + 4096);
+        for _ in 0..1000 {
+            if seen.0.lock().1 >= want {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        let (flushes, bytes) = *seen.0.lock();
+        assert_eq!(bytes, want, "every reply sent");
+        assert!(flushes <= 2, "{N} replies in {flushes} batches");
+        tx.send(true).unwrap();
+        conn.await.unwrap().unwrap();
     }
 
     /// Attached payloads go out in their place among the copied bytes, only
