@@ -973,7 +973,19 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         fua: bool,
     ) -> Result<(), NbdError> {
         let n = len as usize;
-        let buffered = self.inbuf.len() >= n;
+        let mut buffered = self.inbuf.len() >= n;
+        if !buffered && n <= self.inbuf.capacity() / 2 {
+            // The rest of the payload into the input buffer, and the device
+            // writes from there: read into `wbuf` instead, the part already
+            // buffered and the rest (through the buffer, when it is under
+            // half of it) were copied once more. A TLS session, which hands
+            // over a record at a time, paid that copy on every 128 KiB write.
+            self.kick();
+            if !self.inbuf.fill(&mut self.rd, n).await? {
+                return Err(NbdError::HungUp);
+            }
+            buffered = true;
+        }
         if !buffered {
             self.kick();
             if self.wbuf.len() < n {

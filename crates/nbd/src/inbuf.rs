@@ -30,6 +30,11 @@ impl InBuf {
         &self.buf[self.start..self.end]
     }
 
+    /// Bytes it can hold.
+    pub(crate) fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
     /// Number of buffered bytes.
     pub(crate) fn len(&self) -> usize {
         self.end - self.start
