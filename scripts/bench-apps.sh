@@ -217,7 +217,11 @@ for fs in $FS; do
         got[$fs,$s,pgbench]+="$v "
         [ -n "$d0" ] && got[$fs,$s,diskmb]+="$(( ($(disk_written) - d0) / 2048 )) "
         read -r tx sectors < "$WORK/pg.run" || true
-        [ -n "${sectors:-}" ] && [ "${tx:-0}" -gt 0 ] && got[$fs,$s,disktx]+="$(python3 -c "print(f'{$sectors * 512 / 4096 / $tx:.1f}')") "
+        if [ -n "${sectors:-}" ] && [ "${tx:-0}" -gt 0 ]; then
+          per_tx=$(python3 -c "print(f'{$sectors * 512 / 4096 / $tx:.2f}')")
+          got[$fs,$s,disktx]+="$per_tx "
+          [ -n "${OUT:-}" ] && echo "$fs,$r,$s,pgbench-host-writes-per-tx,$per_tx" >> "$OUT/bench-apps.csv"
+        fi
         [ -n "${OUT:-}" ] && echo "$fs,$r,$s,pgbench,$v" >> "$OUT/bench-apps.csv"
       fi
       if has_row pgbench+neighbour; then
