@@ -391,6 +391,24 @@ fn filled_writes_lie_side_by_side_until_the_block_is_full() {
     }
 }
 
+/// A fresh memory device of geometry `g` holding one greedy vSSD over all
+/// its channels with `placement`, on a clock of its own: one of two twins a
+/// test gives the same requests in two ways.
+fn fresh(g: Geometry, placement: Placement) -> (Arc<FlashDevice>, Arc<VirtualClock>, Arc<Vssd>) {
+    let dev = Arc::new(FlashDevice::open(&Backend::Memory, g, Timing::default()).unwrap());
+    let clock = Arc::new(VirtualClock::new(0));
+    let ckpt: Arc<dyn CheckpointStore> = Arc::new(MemCheckpoints::default());
+    let v = Vssd::create(
+        dev.clone(),
+        cfg(&g, GcPolicyKind::Greedy),
+        clock.clone(),
+        ckpt,
+    )
+    .unwrap();
+    v.set_placement(placement);
+    (dev, clock, v)
+}
+
 /// A multi-page read, which takes the pages lying side by side in a block
 /// as one run, returns the bytes, the completion time and the flash page
 /// count of the page-by-page reads of a twin vSSD given the same writes,
@@ -401,22 +419,8 @@ fn a_multi_page_read_reads_as_page_by_page() {
     for placement in [Placement::Fill, Placement::Stripe] {
         let g = geo();
         let ps = u64::from(g.page_size);
-        let open = || {
-            let dev = Arc::new(FlashDevice::open(&Backend::Memory, g, Timing::default()).unwrap());
-            let clock = Arc::new(VirtualClock::new(0));
-            let ckpt: Arc<dyn CheckpointStore> = Arc::new(MemCheckpoints::default());
-            let v = Vssd::create(
-                dev.clone(),
-                cfg(&g, GcPolicyKind::Greedy),
-                clock.clone(),
-                ckpt,
-            )
-            .unwrap();
-            v.set_placement(placement);
-            (dev, clock, v)
-        };
-        let (da, ca, a) = open();
-        let (db, cb, b) = open();
+        let (da, ca, a) = fresh(g, placement);
+        let (db, cb, b) = fresh(g, placement);
         let mut rng = SplitMix64::new(11);
         let cap = a.size();
         for step in 0..3000u64 {
@@ -473,22 +477,8 @@ fn lands_as_page_by_page(placement: Placement) {
         ..geo()
     };
     let ps = u64::from(g.page_size);
-    let open = || {
-        let dev = Arc::new(FlashDevice::open(&Backend::Memory, g, Timing::default()).unwrap());
-        let clock = Arc::new(VirtualClock::new(0));
-        let ckpt: Arc<dyn CheckpointStore> = Arc::new(MemCheckpoints::default());
-        let v = Vssd::create(
-            dev.clone(),
-            cfg(&g, GcPolicyKind::Greedy),
-            clock.clone(),
-            ckpt,
-        )
-        .unwrap();
-        v.set_placement(placement);
-        (dev, clock, v)
-    };
-    let (da, ca, a) = open();
-    let (db, cb, b) = open();
+    let (da, ca, a) = fresh(g, placement);
+    let (db, cb, b) = fresh(g, placement);
     let mut rng = SplitMix64::new(7);
     // Half the capacity: GC never runs.
     let mut written = 0;
