@@ -45,9 +45,15 @@ max_connections = 4096"
 URI="nbds+unix:///bench?socket=$SOCK&tls-hostname=localhost"
 fio --name=fill --ioengine=nbd --uri="$URI" --rw=write --bs=1M --iodepth=8 --size=512M >/dev/null
 
+# The abuser is another user, so another source: the daemon holds each
+# source to max_handshakes_per_source (default 16) handshakes in flight, so
+# an abuser with the tenant's own uid would shut the tenant out with it (as
+# it should: processes of one user are not isolated from each other).
+chmod 755 "$WORK" "$(dirname "$SOCK")"
+chmod 666 "$SOCK"
 # abuse KIND: runs in the background until killed.
 abuse() {
-  python3 - "$SOCK" "$1" <<'PY' &
+  setpriv --reuid=nobody --regid=nogroup --clear-groups /usr/bin/python3 - "$SOCK" "$1" <<'PY' &
 import socket, sys, time
 path, kind = sys.argv[1], sys.argv[2]
 def conn():
