@@ -47,6 +47,9 @@
 # (means and min-max), harvest-fig18.svg, harvest-fig19.csv, harvest-fig19.svg,
 # harvest-lending.csv (what each policy lent), harvest-summary.csv.
 #   scripts/exp-harvest.sh [SECONDS]   (default 15 per run; REPS=3, WARM=8 from the environment)
+# Environment also: POLICIES="fixed predicted"; HV_QD=32 (the queue depth of each
+# of HV's two jobs, the same in every configuration); OUT_DIR=docs/results
+# (where the CSVs and plots go: another directory for a trial run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-15}
@@ -61,7 +64,8 @@ cargo build --release -q -p flexssd
 BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/flexssd
 WORK=$(mktemp -d /tmp/flexssd-harvest.XXXXXX)
 trap 'stop_daemon; kill $(jobs -p) 2>/dev/null || true; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
-R=docs/results
+R=${OUT_DIR:-docs/results}
+HV_QD=${HV_QD:-32}
 mkdir -p "$R"
 T_START=$SECONDS
 uptime > "$WORK/uptime.txt"
@@ -127,7 +131,7 @@ U_GSSD='[x for x in g if "home" not in x and not x["in_use"] and x["state"] == "
 
 hv_job() {  # hv_job OUT SECOND_EXPORT SECOND_OFFSET: two jobs, the first on HV's first region
   fio --output-format=json --output="$1" --ioengine=nbd --rw=randrw --rwmixread=70 \
-    --bs=64k --iodepth=32 --size=$VOL --time_based --runtime="$SECS" --randrepeat=0 \
+    --bs=64k --iodepth="$HV_QD" --size=$VOL --time_based --runtime="$SECS" --randrepeat=0 \
     --name=hv-a --uri="$(uri HV)" --offset=0 \
     --name=hv-b --uri="$(uri "$2")" --offset="$3" >/dev/null
 }
@@ -340,7 +344,7 @@ $(harvest_cfg "$pol")
     r_job "$WORK/f19-r.json" "$FIG19_SECS" --write_bw_log="$WORK/f19-r" --write_iops_log="$WORK/f19-r" --log_avg_msec=500 &
     F1=$!
     fio --output-format=json --output="$WORK/f19-hva.json" --ioengine=nbd --rw=randrw --rwmixread=70 \
-      --bs=64k --iodepth=32 --size=$VOL --time_based --runtime="$FIG19_SECS" --randrepeat=0 \
+      --bs=64k --iodepth="$HV_QD" --size=$VOL --time_based --runtime="$FIG19_SECS" --randrepeat=0 \
       --name=hv-a --uri="$(uri HV)" --write_bw_log="$WORK/f19-hva" --log_avg_msec=500 >/dev/null &
     F2=$!
     sleep 10
@@ -349,7 +353,7 @@ $(harvest_cfg "$pol")
     fio --name=fill --ioengine=nbd --uri="$(uri f19)" --rw=write --bs=1M --iodepth=4 --size=$VOL >/dev/null
     date +%s.%N > "$WORK/fig19-hvb"
     fio --output-format=json --output="$WORK/f19-hvb.json" --ioengine=nbd --rw=randrw --rwmixread=70 \
-      --bs=64k --iodepth=32 --size=$VOL --time_based --runtime=$((FIG19_SECS - 11)) --randrepeat=0 \
+      --bs=64k --iodepth="$HV_QD" --size=$VOL --time_based --runtime=$((FIG19_SECS - 11)) --randrepeat=0 \
       --name=hv-b --uri="$(uri f19)" --write_bw_log="$WORK/f19-hvb" --log_avg_msec=500 >/dev/null &
     F3=$!
     sleep 12

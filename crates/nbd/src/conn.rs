@@ -596,6 +596,8 @@ struct Conn<R> {
     spin_polls: u32,
     /// Times the looks (host time: the spin is about the host's CPUs).
     spin_clock: clock::MonotonicClock,
+    /// See [`Knobs::look_first`].
+    look_first: bool,
 }
 
 impl<R: AsyncRead + Unpin> Conn<R> {
@@ -671,9 +673,13 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                 // now, a burst's replies are queued together and leave in one
                 // batch; kicking the writer after each request sent each
                 // reply on its own (a socket write and a reactor poll per
-                // request). On a socket a short read has cleared readiness,
-                // so the look costs no system call.
-                let filled = match self.fill_now().await {
+                // request). Only where the stream buffers (`look_first`).
+                let ahead = if self.look_first {
+                    self.fill_now().await
+                } else {
+                    None
+                };
+                let filled = match ahead {
                     Some(r) => r?,
                     None => {
                         self.kick();
@@ -1172,6 +1178,11 @@ pub(crate) struct Knobs {
     pub paced_budget: u32,
     /// Looks for the next request before parking (see `Conn::spin`).
     pub spin_polls: u32,
+    /// The stream hands over requests one at a time from a buffer of its
+    /// own (a TLS session: a record a read): take the next one it holds
+    /// before the writer runs (see `Conn::serve`). On a socket a short read
+    /// has told already that nothing more is there, so the look is skipped.
+    pub look_first: bool,
 }
 
 /// Runs the transmission phase until the client disconnects, the server shuts
@@ -1193,6 +1204,7 @@ where
         max_payload,
         paced_budget,
         spin_polls,
+        look_first,
     } = knobs;
     let paced_budget = paced_budget.max(max_payload.saturating_add(DEFERRED_OVERHEAD));
     let shared = Arc::new(Shared {
@@ -1246,6 +1258,7 @@ where
         shutdown,
         spin_polls,
         spin_clock: clock::MonotonicClock::new(),
+        look_first,
     };
     let res = conn.serve().await;
     // Keep the pacer until every deferred reply has been queued at its time.
@@ -1424,6 +1437,7 @@ mod tests {
             max_payload: 1 << 20,
             paced_budget: 1 << 20,
             spin_polls: crate::DEFAULT_SPIN_POLLS,
+            look_first: true,
         };
         let w = Batches::default();
         let seen = w.clone();

@@ -818,7 +818,7 @@ impl Inner {
             handshake::Outcome::Go(neg) => {
                 drop(in_handshake);
                 let (rd, wr) = stream.halves();
-                self.transmit(rd, inbuf, wr, neg, shutdown).await
+                self.transmit(rd, inbuf, wr, neg, shutdown, false).await
             }
             handshake::Outcome::StartTls => {
                 if inbuf.len() != 0 {
@@ -859,7 +859,8 @@ impl Inner {
                     handshake::Outcome::Go(neg) => {
                         drop(in_handshake);
                         let (rd, wr) = Whole(s).halves();
-                        self.transmit(rd, inbuf, wr, neg, shutdown).await
+                        // A TLS session hands over a record, one request, a read.
+                        self.transmit(rd, inbuf, wr, neg, shutdown, true).await
                     }
                     // A second STARTTLS is refused inside the handshake.
                     handshake::Outcome::Closed | handshake::Outcome::StartTls => Ok(()),
@@ -895,6 +896,7 @@ impl Inner {
         wr: W,
         neg: handshake::Negotiated,
         shutdown: Option<watch::Receiver<bool>>,
+        look_first: bool,
     ) -> Result<(), NbdError>
     where
         R: AsyncRead + Unpin + Send,
@@ -910,6 +912,7 @@ impl Inner {
                 max_payload: self.config.max_payload,
                 paced_budget: self.config.max_inflight_bytes,
                 spin_polls: self.config.spin_polls,
+                look_first,
             },
             shutdown,
         )
