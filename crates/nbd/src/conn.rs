@@ -979,29 +979,25 @@ impl<R: AsyncRead + Unpin> Conn<R> {
         fua: bool,
     ) -> Result<(), NbdError> {
         let n = len as usize;
-        let mut buffered = self.inbuf.len() >= n;
-        if !buffered && n <= self.inbuf.capacity() / 2 {
-            // The rest of the payload into the input buffer, and the device
-            // writes from there: read into `wbuf` instead, the part already
-            // buffered and the rest (through the buffer, when it is under
-            // half of it) were copied once more. A TLS session, which hands
-            // over a record at a time, paid that copy on every 128 KiB write.
+        // Where the payload is when the device writes it: the input buffer,
+        // or `wbuf` for one over half the buffer. One that fits is read into
+        // the buffer rather than copied out of it into `wbuf` (a TLS session,
+        // which hands over a record at a time, paid that copy on every
+        // 128 KiB write).
+        let buffered = self.inbuf.len() >= n || n <= self.inbuf.capacity() / 2;
+        if self.inbuf.len() < n {
             self.kick();
-            if !self.inbuf.fill(&mut self.rd, n).await? {
-                return Err(NbdError::HungUp);
-            }
-            buffered = true;
-        }
-        if !buffered {
-            self.kick();
-            if self.wbuf.len() < n {
-                self.wbuf.resize(n, 0);
-            }
-            if !self
-                .inbuf
-                .read_exact(&mut self.rd, &mut self.wbuf[..n])
-                .await?
-            {
+            let whole = if buffered {
+                self.inbuf.fill(&mut self.rd, n).await?
+            } else {
+                if self.wbuf.len() < n {
+                    self.wbuf.resize(n, 0);
+                }
+                self.inbuf
+                    .read_exact(&mut self.rd, &mut self.wbuf[..n])
+                    .await?
+            };
+            if !whole {
                 // Hung up mid-payload: nothing was written.
                 return Err(NbdError::HungUp);
             }

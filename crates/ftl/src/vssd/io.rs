@@ -79,7 +79,7 @@ impl Vssd {
         let most = most.min((self.ppb - first % self.ppb) as usize);
         (1..most)
             .find(|&i| l2p[lba as usize + i] != first + i as u32)
-            .unwrap_or(most.max(1))
+            .unwrap_or(most)
     }
 
     /// Reads `out.len()` bytes from `off` bytes into logical page `lba`, on
