@@ -16,6 +16,7 @@ import sys
 work, out = sys.argv[1], sys.argv[2]
 secs, r_max, r_rate, elapsed = (int(x) for x in sys.argv[3:7])
 BLOCK_MIB = 0.25  # 256 KiB flash blocks
+HV_QD = int(os.environ.get("HV_QD", "32"))  # each HV job's queue depth, as the run used
 
 
 def load(p):
@@ -252,7 +253,7 @@ erase = [int(m.group(1)) for m in re.finditer(
 
 # ---- Summary CSV and the text the page is written from ------------------------------
 uptimes = open(f"{work}/uptime.txt").read().strip().splitlines()
-summary = [("seconds per run", secs), ("R max IOPS (alone, qd16)", r_max), ("R base load IOPS (50%)", r_rate)]
+summary = [("seconds per run", secs), ("HV queue depth per job", HV_QD), ("R max IOPS (alone, qd16)", r_max), ("R base load IOPS (50%)", r_rate)]
 for pol in policies:
     for cfg in ["sold", "unsold"]:
         t = table[(pol, cfg)]
@@ -299,7 +300,7 @@ vals = [table[(p, c)]["hv_mib_s"] for p in policies for c in cfgs]
 top = max(s[2] for s in vals if s) * 1.2
 W, H, pad = 560, 320, 56
 svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
-       f'<text x="{W/2}" y="18" text-anchor="middle">Harvest tenant bandwidth (emulation; 2 fio jobs, 64 KiB 70/30, qd32 each)</text>',
+       f'<text x="{W/2}" y="18" text-anchor="middle">Harvest tenant bandwidth (emulation; 2 fio jobs, 64 KiB 70/30, qd{HV_QD} each)</text>',
        f'<line x1="{pad}" y1="{H-pad}" x2="{W-10}" y2="{H-pad}" stroke="black"/>',
        f'<line x1="{pad}" y1="30" x2="{pad}" y2="{H-pad}" stroke="black"/>',
        f'<text x="14" y="{H/2}" transform="rotate(-90 14 {H/2})" text-anchor="middle">MiB/s (mean, min-max)</text>']

@@ -389,7 +389,7 @@ stop_daemon
 uptime >> "$WORK/uptime.txt"
 
 step "results"
-python3 scripts/exp-harvest-report.py "$WORK" "$R" "$SECS" "$R_MAX" "$R_RATE" "$((SECONDS - T_START))"
+HV_QD="$HV_QD" python3 scripts/exp-harvest-report.py "$WORK" "$R" "$SECS" "$R_MAX" "$R_RATE" "$((SECONDS - T_START))"
 "$BIN" plot lines --csv "$R/harvest-fig19.csv" --series series --x t_s --y mib_s \
   --scatter "reclaim (migration to erase)" \
   --title "Figure 19 (emulated): throughput through a harvest and an early reclaim" \
