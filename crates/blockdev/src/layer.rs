@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::{BlockDev, BlockSizes, IoResult, MapExtent};
+use crate::{BlockDev, BlockSizes, Completion, IoResult, Loan, MapExtent};
 
 /// A block device that forwards to an inner device unless it overrides a method.
 pub trait Layer: Send + Sync {
@@ -23,6 +23,13 @@ pub trait Layer: Send + Sync {
     /// See [`BlockDev::read`].
     fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
         self.inner().read(offset, buf)
+    }
+    /// See [`BlockDev::read_lent`]. Default: `None`, not the inner device's
+    /// loans, which would bypass a layer that overrides [`Layer::read`]; a
+    /// layer that reads through unchanged forwards them itself.
+    fn read_lent(&self, offset: u64, len: usize) -> Option<IoResult<(Completion, Vec<Loan>)>> {
+        let _ = (offset, len);
+        None
     }
     /// See [`BlockDev::write`].
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
@@ -67,6 +74,9 @@ impl<L: Layer> BlockDev for Layered<L> {
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
         self.0.read(offset, buf)
+    }
+    fn read_lent(&self, offset: u64, len: usize) -> Option<IoResult<(Completion, Vec<Loan>)>> {
+        self.0.read_lent(offset, len)
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
         self.0.write(offset, data, fua)

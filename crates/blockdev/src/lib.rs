@@ -19,6 +19,7 @@ mod gate;
 mod guarded;
 mod hist;
 mod layer;
+mod loan;
 mod mem;
 mod stats;
 
@@ -27,6 +28,7 @@ pub use gate::{Admit, Dir, Gate};
 pub use guarded::GuardedWindow;
 pub use hist::{Histogram, LatencySummary};
 pub use layer::{Layer, Layered};
+pub use loan::{Loan, LoanBytes, Recall, ZEROS_LEN};
 pub use mem::MemDev;
 pub use stats::{IoStats, StatsLayer, StatsSnapshot};
 
@@ -144,6 +146,16 @@ pub trait BlockDev: Send + Sync {
         false
     }
 
+    /// Reads `len` bytes at `offset` as [`Loan`]s of the device's own memory,
+    /// in order, for a reply sent without copying the data out first. `None`
+    /// (the default) from a device that cannot lend: the caller then reads
+    /// with [`BlockDev::read`]. The loans hold the data as of the read, as
+    /// `read` would have copied it, for as long as they live.
+    fn read_lent(&self, offset: u64, len: usize) -> Option<IoResult<(Completion, Vec<Loan>)>> {
+        let _ = (offset, len);
+        None
+    }
+
     /// Which parts of `[offset, offset + len)` hold data and which are holes
     /// (never written or trimmed: they read as zeros), as consecutive extents
     /// starting at `offset`. A device may answer for a prefix only (at least one
@@ -175,6 +187,9 @@ impl<T: BlockDev + ?Sized> BlockDev for Arc<T> {
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
         (**self).read(offset, buf)
+    }
+    fn read_lent(&self, offset: u64, len: usize) -> Option<IoResult<(Completion, Vec<Loan>)>> {
+        (**self).read_lent(offset, len)
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
         (**self).write(offset, data, fua)

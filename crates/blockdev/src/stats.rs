@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use clock::Clock;
 
-use crate::{BlockDev, Histogram, IoResult, LatencySummary, Layer};
+use crate::{BlockDev, Completion, Histogram, IoResult, LatencySummary, Layer, Loan};
 
 /// Counters shared between a [`StatsLayer`] and whoever reports them.
 #[derive(Debug, Default)]
@@ -137,6 +137,19 @@ impl Layer for StatsLayer {
         self.latency(&self.stats.read_latency, t, &r);
         self.stats
             .count(r, &self.stats.reads, Some((&self.stats.read_bytes, n)))
+    }
+    /// Forwards the inner device's loans, counted as a read.
+    fn read_lent(&self, offset: u64, len: usize) -> Option<IoResult<(Completion, Vec<Loan>)>> {
+        let t = self.now();
+        let r = self.inner.read_lent(offset, len)?;
+        let done = r.as_ref().map(|(d, _)| *d).map_err(Clone::clone);
+        self.latency(&self.stats.read_latency, t, &done);
+        let counted = self.stats.count(
+            done,
+            &self.stats.reads,
+            Some((&self.stats.read_bytes, len as u64)),
+        );
+        Some(counted.and(r))
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
         let t = self.now();

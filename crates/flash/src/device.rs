@@ -1,7 +1,9 @@
 //! The emulated device: NAND rules and the timing model over a [`Store`].
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
+use blockdev::{Loan, Recall};
 use clock::Nanos;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -382,6 +384,48 @@ struct Channel {
     /// Blocks whose erase [`FlashDevice::erase_for_reuse_later`] booked on
     /// their die but whose bytes are not erased yet.
     booked: Vec<bool>,
+    /// Loans of this channel's pages ([`FlashDevice::lend_run`]) that may
+    /// still be out, by block index: recalled before the block is erased.
+    loans: Vec<(usize, Recall)>,
+    /// Length of `loans` at which [`Channel::lend`] drops those returned:
+    /// twice what was still out at the last pruning, so many loans held by
+    /// clients that stopped reading cost a scan per doubling, not per loan.
+    prune_at: usize,
+}
+
+/// Fewest listed loans that make a channel drop those returned.
+const LOANS_PRUNE: usize = 64;
+
+impl Channel {
+    /// Lists a new loan on block `bi`.
+    fn lend(&mut self, bi: usize, recall: Recall) {
+        if self.loans.len() >= self.prune_at.max(LOANS_PRUNE) {
+            self.prune_loans();
+        }
+        self.loans.push((bi, recall));
+    }
+
+    /// Drops the loans returned from the list.
+    fn prune_loans(&mut self) {
+        self.loans.retain(|(_, r)| r.is_out());
+        self.prune_at = 2 * self.loans.len();
+    }
+
+    /// Recalls the loans still out on block `bi` (their bytes are copied
+    /// into them), before its bytes change; drops the list's returned loans.
+    fn recall_loans(&mut self, bi: usize) {
+        if self.loans.is_empty() {
+            return;
+        }
+        self.loans.retain(|(b, r)| {
+            if *b == bi {
+                r.recall();
+                return false;
+            }
+            r.is_out()
+        });
+        self.prune_at = 2 * self.loans.len();
+    }
 }
 
 /// Operation counters of a device.
@@ -461,6 +505,8 @@ impl FlashDevice {
                 write_ptr,
                 residue,
                 booked: vec![false; bpc],
+                loans: Vec::new(),
+                prune_at: 0,
             }));
         }
         Self {
@@ -539,15 +585,60 @@ impl FlashDevice {
         buf: &mut [u8],
         now: Nanos,
     ) -> Result<Nanos> {
+        let len = buf.len();
+        self.run_locked(first, offset, len, now, |_, _, src| {
+            // SAFETY: `run_locked` checked the pages are in range and
+            // programmed, and holds their channel's lock.
+            unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), len) }
+        })
+        .map(|(done, ())| done)
+    }
+
+    /// Lends `len` bytes from `offset` bytes into page `first`, on across the
+    /// pages that follow it in the same block, where [`Self::read_run`]
+    /// would copy them, and books them as it does: a reply can then send the
+    /// device's own memory ([`Loan`], no copy). The loan holds the bytes as
+    /// they are now: an erase of the block recalls it first (copies the bytes
+    /// into it), and programs never touch a programmed page.
+    pub fn lend_run(
+        self: &Arc<Self>,
+        first: PageId,
+        offset: usize,
+        len: usize,
+        now: Nanos,
+    ) -> Result<(Nanos, Loan)> {
+        self.run_locked(first, offset, len, now, |c, bi, src| {
+            let keep: Arc<dyn Send + Sync> = self.clone();
+            // SAFETY: the pages are programmed and mapped while `keep` holds
+            // the device; they change only by an erase of the block, which
+            // recalls the loan first, under this channel's lock
+            // (`Channel::recall_loans`), where the loan is listed now.
+            let (loan, recall) = unsafe { Loan::new(src, len, keep) };
+            c.lend(bi, recall);
+            loan
+        })
+    }
+
+    /// The checks, the channel lock and the booking of [`Self::read_run`]
+    /// and [`Self::lend_run`], around `f`, which is given the channel, the
+    /// block's index on it and the address of the first byte.
+    fn run_locked<T>(
+        &self,
+        first: PageId,
+        offset: usize,
+        len: usize,
+        now: Nanos,
+        f: impl FnOnce(&mut Channel, usize, *const u8) -> T,
+    ) -> Result<(Nanos, T)> {
         self.geo.check_page(first)?;
         let ps = self.geo.page_size as usize;
         let (b, pg) = self.geo.split(first);
-        let end = offset + buf.len();
+        let end = offset + len;
         let pages = end.div_ceil(ps).max(1) as u32;
         if offset >= ps || pg + pages > self.geo.pages_per_block {
             return Err(FlashError::BadLength {
                 expected: (self.geo.pages_per_block - pg) as usize * ps - offset.min(ps),
-                got: buf.len(),
+                got: len,
             });
         }
         let (ch, die, bi) = self.locate(b);
@@ -559,16 +650,10 @@ impl FlashDevice {
                 page: written.max(pg),
             });
         }
-        // SAFETY: the pages are in range and programmed; we hold their
-        // channel's lock.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.store.page_ptr(first).add(offset),
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
+        // In range: `offset < ps` and the pages lie in one block.
+        let src = self.store.page_ptr(first).wrapping_add(offset).cast_const();
         let c = &mut *c;
+        let out = f(c, bi, src);
         let mut done = now;
         let mut at = offset;
         while at < end.max(offset + 1) {
@@ -577,7 +662,7 @@ impl FlashDevice {
             at += n.max(1);
         }
         self.reads.fetch_add(u64::from(pages), Relaxed);
-        Ok(done)
+        Ok((done, out))
     }
 
     /// Books one page read of `len` bytes on `die` of channel `c`, issued at
@@ -738,6 +823,7 @@ impl FlashDevice {
         if !c.booked[bi] {
             return Ok(false);
         }
+        c.recall_loans(bi);
         self.store.erase(b, false)?;
         c.write_ptr[bi] = 0;
         c.residue[bi] = self.store.crash_exposed();
@@ -756,6 +842,7 @@ impl FlashDevice {
         self.geo.check_block(b)?;
         let (ch, die, bi) = self.locate(b);
         let mut c = self.channels[ch].lock();
+        c.recall_loans(bi);
         self.store.erase(b, discard)?;
         c.write_ptr[bi] = 0;
         c.residue[bi] = !discard && self.store.crash_exposed();
@@ -1323,6 +1410,67 @@ mod tests {
                 a.read_run(g.total_pages(), 0, &mut buf, 0),
                 Err(FlashError::OutOfRange { .. })
             ));
+        }
+    }
+
+    /// A lent run holds what `read_run` reads, booked the same; an erase of
+    /// its block, on either backend and by each way of erasing, recalls it
+    /// first, so it keeps its bytes while the block is erased (a file's hole
+    /// punched) and programmed again. Loans returned are dropped from the
+    /// channel's list.
+    #[test]
+    fn a_loan_keeps_its_bytes_through_an_erase_and_a_new_program() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = small();
+        let page = |i: u32, v: u8| vec![i as u8 ^ v; 4096];
+        for k in 0..2 {
+            for erase in 0..3 {
+                let backend = match k {
+                    0 => Backend::Memory,
+                    _ => Backend::File {
+                        path: dir.path().join(format!("lend{erase}")),
+                    },
+                };
+                let d = Arc::new(FlashDevice::open(&backend, g, Timing::default()).unwrap());
+                let twin = FlashDevice::memory(g, Timing::default()).unwrap();
+                for i in 0..6 {
+                    for dev in [&*d, &twin] {
+                        let r = &rec(u64::from(i), u64::from(i) + 1);
+                        dev.program(u64::from(i), &page(i, 0x5a), r, 0).unwrap();
+                    }
+                }
+                let (t, loan) = d.lend_run(1, 100, 3 * 4096, 500_000).unwrap();
+                let mut want = vec![0u8; 3 * 4096];
+                let tt = twin.read_run(1, 100, &mut want, 500_000).unwrap();
+                assert_eq!((t, &*loan.bytes()), (tt, &want[..]));
+                assert_eq!(d.stats(), twin.stats(), "booked and counted as a read");
+                let (_, gone) = d.lend_run(0, 0, 4096, 0).unwrap();
+                drop(gone);
+                match erase {
+                    0 => {
+                        d.erase(0, 1_000_000).unwrap();
+                    }
+                    1 => {
+                        d.erase_for_reuse(0, 1_000_000).unwrap();
+                    }
+                    _ => {
+                        d.erase_for_reuse_later(0, 1_000_000).unwrap();
+                        assert!(!loan.recalled(), "a booked erase changes no byte");
+                        assert!(d.finish_erase(0).unwrap());
+                    }
+                }
+                assert!(loan.recalled(), "backend {k}, erase {erase}");
+                for i in 0..8 {
+                    d.program(u64::from(i), &page(i, 0xc3), &rec(9, 9), 2_000_000)
+                        .unwrap();
+                }
+                assert_eq!(&*loan.bytes(), &want[..], "backend {k}, erase {erase}");
+                let ch = d.channels[0].lock();
+                assert!(
+                    ch.loans.is_empty(),
+                    "the recalled and the returned loan left the list"
+                );
+            }
         }
     }
 

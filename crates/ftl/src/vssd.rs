@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use blockdev::{
-    check_range, push_extent, Alloc, BlockDev, BlockSizes, IoError, IoResult, MapExtent,
+    check_range, push_extent, Alloc, BlockDev, BlockSizes, IoError, IoResult, Loan, MapExtent,
 };
 use clock::{Clock, Nanos};
 use flash::{DirtySet, FlashDevice, Geometry, OwnRuns, PageId};
@@ -485,6 +485,12 @@ impl BlockDev for Vssd {
             pos += n;
         }
         Ok(done)
+    }
+
+    /// The read's runs of flash pages as the device's loans
+    /// ([`FlashDevice::lend_run`]), holes as zeros.
+    fn read_lent(&self, offset: u64, len: usize) -> Option<IoResult<(Nanos, Vec<Loan>)>> {
+        Some(self.lend_read(offset, len))
     }
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {

@@ -124,6 +124,51 @@ fn model_zero(mapped: &mut [bool], ps: u64, off: u64, len: u64) {
     }
 }
 
+/// The bytes of a lent read, in order.
+fn lent_bytes(loans: &[blockdev::Loan]) -> Vec<u8> {
+    loans.iter().flat_map(|l| l.bytes().to_vec()).collect()
+}
+
+/// A lent read of the whole vSSD, held while the vSSD is overwritten four
+/// times over (GC erases every block it lent from): it keeps the bytes it
+/// read, because each erase recalled it first.
+#[test]
+fn a_lent_read_keeps_its_bytes_while_gc_erases_its_blocks() {
+    for placement in [Placement::Stripe, Placement::Fill] {
+        let g = geo();
+        let dev = Arc::new(FlashDevice::open(&Backend::Memory, g, Timing::default()).unwrap());
+        let clock = Arc::new(VirtualClock::new(0));
+        let c = cfg(&g, GcPolicyKind::Greedy);
+        let cap = c.capacity_bytes as usize;
+        let v = Vssd::create(dev, c, clock.clone(), Arc::new(MemCheckpoints::default())).unwrap();
+        v.set_placement(placement);
+        let first: Vec<u8> = (0..cap).map(|i| (i % 251) as u8).collect();
+        v.write(0, &first, false).unwrap();
+        v.trim(4096, 2048).unwrap();
+        let mut want = first.clone();
+        want[4096..4096 + 2048].fill(0);
+        let (_, loans) = v.read_lent(0, cap).expect("a vSSD lends").unwrap();
+        assert!(loans.len() > 1, "runs and a hole: {} loans", loans.len());
+        let mut rng = SplitMix64::new(7);
+        for round in 0..4u8 {
+            for _ in 0..cap / 512 {
+                let at = rng.below(cap / 512) * 512;
+                clock.advance(1_000);
+                v.write(at as u64, &[round ^ 0xee; 512], false).unwrap();
+            }
+        }
+        assert!(v.stats().gc_runs > 0, "GC ran");
+        assert!(
+            loans.iter().any(|l| l.recalled()),
+            "GC recalled the loans of blocks it erased"
+        );
+        assert!(
+            lent_bytes(&loans) == want,
+            "the lent read kept its bytes ({placement:?})"
+        );
+    }
+}
+
 fn run(ops: Vec<Op>, gc: GcPolicyKind, placement: Placement) {
     let g = geo();
     let dev = Arc::new(FlashDevice::open(&Backend::Memory, g, Timing::default()).unwrap());
@@ -136,7 +181,12 @@ fn run(ops: Vec<Op>, gc: GcPolicyKind, placement: Placement) {
     let m = MemDev::new(cap);
     let ps = u64::from(g.page_size);
     let mut mapped = vec![false; (cap / ps) as usize];
+    // Lent reads still held, with the bytes they read.
+    let mut held: Vec<(Vec<blockdev::Loan>, Vec<u8>)> = Vec::new();
     for op in ops {
+        for (k, (loans, want)) in held.iter().enumerate() {
+            assert!(lent_bytes(loans) == *want, "lent read {k} changed");
+        }
         clock.advance(10_000);
         match op {
             Op::Write { off, len, byte } => {
@@ -151,6 +201,17 @@ fn run(ops: Vec<Op>, gc: GcPolicyKind, placement: Placement) {
                 v.read(off, &mut a).unwrap();
                 m.read(off, &mut b).unwrap();
                 assert_eq!(a, b, "read at {off}+{len}");
+                // The same read lent: the same bytes, kept while later
+                // writes, GC, trims and crashes go on.
+                let (_, loans) = v
+                    .read_lent(off, len as usize)
+                    .expect("a vSSD lends")
+                    .unwrap();
+                assert_eq!(lent_bytes(&loans), b, "lent read at {off}+{len}");
+                held.push((loans, b));
+                if held.len() > 16 {
+                    held.remove(0);
+                }
             }
             Op::Trim { off, len } => {
                 v.trim(off, len).unwrap();

@@ -10,10 +10,16 @@
 //! the reply straight into the shared output buffer ([`OutBuf`]): a small read's
 //! data is read by the device directly into its place in that buffer, behind the
 //! reply header, so it costs no allocation and no copy besides the device's own.
-//! A large read (see [`LARGE_READ`]) is read outside the buffer's lock into a
-//! buffer of its own, which is then *attached* to the queue (moved, not copied)
-//! and sent from there with a vectored write; the writer hands the buffer back
-//! for the next large read.
+//! A large read (see [`LARGE_READ`]) from a device that lends its memory
+//! ([`BlockDev::read_lent`]: a vSSD lends its flash mapping) is queued as the
+//! device's [`Loan`]s and sent from the device's own bytes, with no copy before
+//! the socket's ([`write_lent`]); the device recalls a loan (copies its bytes
+//! into it) before it erases them, so a client that stops reading delays no
+//! erase. From other devices, or when the reply waits for its modelled time,
+//! a large read is read outside the buffer's lock into a buffer of its own,
+//! which is then *attached* to the queue (moved, not copied) and sent from
+//! there with a vectored write; the writer hands the buffer back for the next
+//! large read.
 //!
 //! The writer task owns the write half. It swaps the filled output buffer for its
 //! empty spare one (double buffering) under the lock, and writes the whole batch
@@ -55,7 +61,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use blockdev::{Admit, BlockDev, Dir, Gate, IoError, IoResult, Nanos};
+use blockdev::{Admit, BlockDev, Dir, Gate, IoError, IoResult, Loan, LoanBytes, Nanos};
 use clock::Clock;
 
 use crate::pacer::Pacer;
@@ -104,13 +110,47 @@ pub(crate) struct OutBuf {
     /// Attached payloads, in order: each goes out after `data[..at]`.
     attached: Vec<Attached>,
     attached_bytes: usize,
+    /// How many of them are loans.
+    lent: usize,
 }
 
 /// A read payload queued by ownership (see [`OutBuf`]).
 struct Attached {
     at: usize,
-    buf: Vec<u8>,
-    len: usize,
+    payload: Payload,
+}
+
+/// What an attached payload is.
+enum Payload {
+    /// `buf[..len]`, read by the device into a buffer of the connection's.
+    Owned { buf: Vec<u8>, len: usize },
+    /// The device's own memory, lent ([`BlockDev::read_lent`]): sent with
+    /// no copy out of the device ([`write_lent`]).
+    Lent(Vec<Loan>),
+}
+
+impl Payload {
+    fn len(&self) -> usize {
+        match self {
+            Payload::Owned { len, .. } => *len,
+            Payload::Lent(loans) => loans.iter().map(Loan::len).sum(),
+        }
+    }
+}
+
+/// One part of the queued output, in order (see [`OutBuf::parts`]).
+enum Part<'a> {
+    Bytes(&'a [u8]),
+    Lent(&'a Loan),
+}
+
+impl Part<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Part::Bytes(b) => b.len(),
+            Part::Lent(l) => l.len(),
+        }
+    }
 }
 
 impl OutBuf {
@@ -120,6 +160,7 @@ impl OutBuf {
             used: 0,
             attached: Vec::new(),
             attached_bytes: 0,
+            lent: 0,
         }
     }
 
@@ -145,8 +186,18 @@ impl OutBuf {
         self.attached_bytes += len;
         self.attached.push(Attached {
             at: self.used,
-            buf,
-            len,
+            payload: Payload::Owned { buf, len },
+        });
+    }
+
+    /// Queues the device's `loans` after what is queued now.
+    fn attach_lent(&mut self, loans: Vec<Loan>) {
+        let payload = Payload::Lent(loans);
+        self.attached_bytes += payload.len();
+        self.lent += 1;
+        self.attached.push(Attached {
+            at: self.used,
+            payload,
         });
     }
 
@@ -155,30 +206,51 @@ impl OutBuf {
         self.used + self.attached_bytes
     }
 
-    /// The queued output in order, as slices.
-    fn pieces(&self) -> Vec<&[u8]> {
+    /// The queued output in order, loans included, empty parts left out.
+    fn parts(&self) -> Vec<Part<'_>> {
         let mut out = Vec::with_capacity(2 * self.attached.len() + 1);
         let mut pos = 0;
         for a in &self.attached {
             if a.at > pos {
-                out.push(&self.data[pos..a.at]);
+                out.push(Part::Bytes(&self.data[pos..a.at]));
             }
-            if a.len > 0 {
-                out.push(&a.buf[..a.len]);
+            match &a.payload {
+                Payload::Owned { buf, len } if *len > 0 => out.push(Part::Bytes(&buf[..*len])),
+                Payload::Owned { .. } => {}
+                Payload::Lent(loans) => {
+                    out.extend(loans.iter().filter(|l| !l.is_empty()).map(Part::Lent))
+                }
             }
             pos = a.at;
         }
         if self.used > pos {
-            out.push(&self.data[pos..self.used]);
+            out.push(Part::Bytes(&self.data[pos..self.used]));
         }
         out
     }
 
-    /// Empties the buffer; returns the attached payloads' buffers for reuse.
+    /// The queued output in order, as slices; for a buffer with no loans.
+    fn pieces(&self) -> Vec<&[u8]> {
+        debug_assert_eq!(self.lent, 0, "loans are sent by write_lent");
+        self.parts()
+            .into_iter()
+            .filter_map(|p| match p {
+                Part::Bytes(b) => Some(b),
+                Part::Lent(_) => None,
+            })
+            .collect()
+    }
+
+    /// Empties the buffer (loans end); returns the attached payloads'
+    /// buffers for reuse.
     fn clear(&mut self) -> impl Iterator<Item = Vec<u8>> + '_ {
         self.used = 0;
         self.attached_bytes = 0;
-        self.attached.drain(..).map(|a| a.buf)
+        self.lent = 0;
+        self.attached.drain(..).filter_map(|a| match a.payload {
+            Payload::Owned { buf, .. } => Some(buf),
+            Payload::Lent(_) => None,
+        })
     }
 }
 
@@ -200,6 +272,63 @@ async fn write_pieces<W: AsyncWrite + Unpin>(w: &mut W, pieces: &[&[u8]]) -> std
             return Err(std::io::ErrorKind::WriteZero.into());
         }
         std::io::IoSlice::advance_slices(&mut rest, n);
+    }
+    Ok(())
+}
+
+/// Most slices one vectored write takes (the kernel's `IOV_MAX` is 1,024).
+const MAX_SLICES: usize = 1024;
+
+/// Writes `out`, which holds loans ([`OutBuf::attach_lent`]), in order. Each
+/// poll of the stream locks the loans it sends from and lets go of them
+/// before it returns, so a lender recalling a loan (an erase of its block)
+/// waits for at most one non-blocking write, never for the client to read.
+/// After a recall the loan's copy goes out, the same bytes (a TLS stream
+/// accepts its buffer moving between retries: the server's context sets
+/// `SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER`, see `tls.rs`).
+async fn write_lent<W: AsyncWrite + Unpin>(w: &mut W, out: &OutBuf) -> std::io::Result<()> {
+    let parts = out.parts();
+    let vectored = w.is_write_vectored();
+    // The first part not wholly sent, and how much of it was.
+    let (mut first, mut skip) = (0usize, 0usize);
+    while first < parts.len() {
+        let n = std::future::poll_fn(|cx| {
+            let end = (first + if vectored { MAX_SLICES } else { 1 }).min(parts.len());
+            let held: Vec<Option<LoanBytes<'_>>> = parts[first..end]
+                .iter()
+                .map(|p| match p {
+                    Part::Lent(l) => Some(l.bytes()),
+                    Part::Bytes(_) => None,
+                })
+                .collect();
+            let slices: Vec<std::io::IoSlice<'_>> = parts[first..end]
+                .iter()
+                .zip(&held)
+                .enumerate()
+                .map(|(i, (p, h))| {
+                    let b: &[u8] = match (p, h) {
+                        (Part::Bytes(b), _) => b,
+                        (Part::Lent(_), Some(g)) => g,
+                        (Part::Lent(_), None) => unreachable!("every loan sent from is held"),
+                    };
+                    std::io::IoSlice::new(if i == 0 { &b[skip..] } else { b })
+                })
+                .collect();
+            if vectored {
+                std::pin::Pin::new(&mut *w).poll_write_vectored(cx, &slices)
+            } else {
+                std::pin::Pin::new(&mut *w).poll_write(cx, &slices[0])
+            }
+        })
+        .await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        skip += n;
+        while first < parts.len() && skip >= parts[first].len() {
+            skip -= parts[first].len();
+            first += 1;
+        }
     }
     Ok(())
 }
@@ -325,6 +454,35 @@ fn put_read_data(
     out.attach(data, len);
 }
 
+/// Copies the bytes of `loans`, in order, into `out` (as long as they are).
+fn copy_lent(loans: &[Loan], out: &mut [u8]) {
+    let mut at = 0;
+    for l in loans {
+        let b = l.bytes();
+        out[at..at + b.len()].copy_from_slice(&b);
+        at += b.len();
+    }
+    debug_assert_eq!(at, out.len());
+}
+
+/// Appends a read reply whose data the device lent ([`BlockDev::read_lent`]).
+fn put_read_lent(
+    out: &mut OutBuf,
+    structured: bool,
+    cookie: u64,
+    offset: u64,
+    loans: Vec<Loan>,
+    len: usize,
+) {
+    if structured && len == 0 {
+        return put_empty_read(out, cookie);
+    }
+    debug_assert_eq!(loans.iter().map(Loan::len).sum::<usize>(), len);
+    let hlen = read_header_len(structured);
+    write_read_header(out.slot(hlen), structured, cookie, offset, len);
+    out.attach_lent(loans);
+}
+
 fn reject_message(errno: u32) -> &'static str {
     match errno {
         proto::EPERM => "the export is read-only",
@@ -409,8 +567,10 @@ async fn writer_loop<W: AsyncWrite + Unpin>(mut w: W, sh: Arc<Shared>) -> std::i
         let written = if spare.attached.is_empty() {
             // The common case: one contiguous batch, no slices to build.
             w.write_all(&spare.data[..spare.used]).await
-        } else {
+        } else if spare.lent == 0 {
             write_pieces(&mut w, &spare.pieces()).await
+        } else {
+            write_lent(&mut w, &spare).await
         };
         let sent = match written {
             Ok(()) => w.flush().await,
@@ -902,16 +1062,14 @@ impl<R: AsyncRead + Unpin> Conn<R> {
             }
             first = Some(ticket);
         }
-        // Into a buffer of its own, which the reply takes along (deferred or
-        // not) and the writer hands back once sent; a buffer a failed read
-        // leaves is kept for the next large read.
-        let mut buf = std::mem::take(&mut self.rbuf);
-        if buf.is_empty() {
-            buf = self.shared.state.lock().free.pop().unwrap_or_default();
-        }
-        if buf.len() < n {
-            buf.resize(n, 0);
-        }
+        // A large read replied to now is lent by a device that lends (a
+        // vSSD: its flash pages, sent with no copy out of them); a reply
+        // held for its modelled time is copied (a loan would sit in the
+        // pacer). Otherwise into a buffer of its own, which the reply takes
+        // along (deferred or not) and the writer hands back once sent; a
+        // buffer a failed read leaves is kept for the next large read.
+        let mut loans = (self.pace.is_none() && n >= LARGE_READ).then(Vec::new);
+        let mut buf = Vec::new();
         let mut res: IoResult = Ok(0);
         let mut off = 0u64;
         loop {
@@ -921,7 +1079,31 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                 break;
             }
             let (a, b) = (off as usize, (off + m) as usize);
-            match contained("read", || self.dev.read(offset + off, &mut buf[a..b])) {
+            let at = offset + off;
+            let r = match loans.as_mut() {
+                Some(lent) => match contained("read", || Ok(self.dev.read_lent(at, b - a))) {
+                    Ok(Some(Ok((t, l)))) => {
+                        lent.extend(l);
+                        Ok(t)
+                    }
+                    Ok(Some(Err(e))) | Err(e) => Err(e),
+                    Ok(None) => {
+                        // The device does not lend: copy from here on,
+                        // behind what it lent so far (nothing, for a
+                        // device that never lends).
+                        buf = self.take_rbuf(n);
+                        copy_lent(&loans.take().unwrap_or_default(), &mut buf[..a]);
+                        contained("read", || self.dev.read(at, &mut buf[a..b]))
+                    }
+                },
+                None => {
+                    if buf.len() < n {
+                        buf = self.take_rbuf(n);
+                    }
+                    contained("read", || self.dev.read(at, &mut buf[a..b]))
+                }
+            };
+            match r {
                 Ok(t) => res = res.map(|d| d.max(t)),
                 Err(e) => {
                     res = Err(e);
@@ -933,12 +1115,18 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                 break;
             }
         }
-        let r = match (res, self.pace.clone()) {
-            (Err(e), _) => {
+        let r = match (res, self.pace.clone(), loans) {
+            (Err(e), _, _) => {
                 self.status(cookie, Err((e.errno(), Cow::Owned(e.to_string()))))
                     .await
             }
-            (Ok(t), Some(clock)) if clock.now() < t => {
+            (Ok(_), _, Some(lent)) => {
+                append(&self.shared, &mut self.kick_pending, |out| {
+                    put_read_lent(out, structured, cookie, offset, lent, n)
+                })
+                .await
+            }
+            (Ok(t), Some(clock), None) if clock.now() < t => {
                 // A reused buffer may be longer than this read.
                 let mut data = std::mem::take(&mut buf);
                 data.truncate(n);
@@ -952,7 +1140,7 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                 )
                 .await
             }
-            (Ok(_), _) => {
+            (Ok(_), _, None) => {
                 // The buffer goes with the reply; the writer hands it back.
                 let data = std::mem::take(&mut buf);
                 append(&self.shared, &mut self.kick_pending, |out| {
@@ -965,6 +1153,19 @@ impl<R: AsyncRead + Unpin> Conn<R> {
             self.rbuf = buf;
         }
         r
+    }
+
+    /// A buffer of at least `n` bytes for a large read: the one a failed
+    /// read left, or one the writer handed back, or a new one.
+    fn take_rbuf(&mut self, n: usize) -> Vec<u8> {
+        let mut buf = std::mem::take(&mut self.rbuf);
+        if buf.is_empty() {
+            buf = self.shared.state.lock().free.pop().unwrap_or_default();
+        }
+        if buf.len() < n {
+            buf.resize(n, 0);
+        }
+        buf
     }
 
     /// A write: the payload is taken off the socket first (the client has sent

@@ -1094,6 +1094,171 @@ async fn pipelined_small_and_large_reads_each_get_their_own_data() {
     }
 }
 
+/// Lends its memory to reads ([`BlockDev::read_lent`]) in 16 KiB loans; a
+/// write recalls every loan still out before it changes a byte, as the
+/// flash device recalls a block's loans before its erase.
+struct Lender {
+    mem: Arc<LenderMem>,
+    /// The loans out; its lock is the device's (reads and writes take it).
+    loans: Mutex<Vec<blockdev::Recall>>,
+    reads: AtomicU64,
+    recalled: AtomicU64,
+}
+
+/// Memory written through a raw pointer while loans of it are out.
+struct LenderMem {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the bytes are written under `Lender::loans`' lock only, after
+// every loan of them is recalled.
+unsafe impl Send for LenderMem {}
+// SAFETY: as for Send.
+unsafe impl Sync for LenderMem {}
+
+impl Drop for LenderMem {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `Lender::new` as a boxed slice of `len`.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
+    }
+}
+
+impl Lender {
+    fn new(len: usize) -> Self {
+        let ptr = Box::into_raw(vec![0u8; len].into_boxed_slice()).cast::<u8>();
+        Self {
+            mem: Arc::new(LenderMem { ptr, len }),
+            loans: Mutex::new(Vec::new()),
+            reads: AtomicU64::new(0),
+            recalled: AtomicU64::new(0),
+        }
+    }
+}
+
+impl BlockDev for Lender {
+    fn size(&self) -> u64 {
+        self.mem.len as u64
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
+        let _g = self.loans.lock();
+        blockdev::check_range(offset, buf.len() as u64, self.size())?;
+        // SAFETY: in range; writes wait for the lock we hold.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.mem.ptr.add(offset as usize),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        Ok(0)
+    }
+    fn read_lent(&self, offset: u64, len: usize) -> Option<IoResult<(u64, Vec<blockdev::Loan>)>> {
+        let mut out = self.loans.lock();
+        if let Err(e) = blockdev::check_range(offset, len as u64, self.size()) {
+            return Some(Err(e));
+        }
+        let mut loans = Vec::new();
+        for at in (0..len).step_by(16 << 10) {
+            let n = (len - at).min(16 << 10);
+            let keep: Arc<dyn Send + Sync> = self.mem.clone();
+            // SAFETY: in range; a write recalls every listed loan before it
+            // changes a byte.
+            let (loan, recall) =
+                unsafe { blockdev::Loan::new(self.mem.ptr.add(offset as usize + at), n, keep) };
+            out.push(recall);
+            loans.push(loan);
+        }
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        Some(Ok((0, loans)))
+    }
+    fn write(&self, offset: u64, data: &[u8], _fua: bool) -> IoResult {
+        let mut out = self.loans.lock();
+        blockdev::check_range(offset, data.len() as u64, self.size())?;
+        for r in out.drain(..) {
+            if r.recall() {
+                self.recalled.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        // SAFETY: in range; no loan reads these bytes any more.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                self.mem.ptr.add(offset as usize),
+                data.len(),
+            )
+        };
+        Ok(0)
+    }
+    fn flush(&self) -> IoResult {
+        Ok(0)
+    }
+    fn trim(&self, offset: u64, len: u64) -> IoResult {
+        self.write(offset, &vec![0u8; len as usize], false)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, _fua: bool) -> IoResult {
+        self.trim(offset, len)
+    }
+}
+
+/// Large reads go out from the device's loans; while their replies wait for
+/// a client that does not read, the device overwrites everything. Every
+/// reply read before the overwrite carries the old bytes (its loans were
+/// recalled: copied before the change), every later one the new, none a mix.
+#[tokio::test]
+async fn lent_reads_keep_their_bytes_when_recalled_while_queued() {
+    const LEN: u32 = 128 << 10;
+    const N: u64 = 64; // 8 MiB of replies: more than the pipe and the queue hold
+    for structured in [false, true] {
+        let dev = Arc::new(Lender::new(2 << 20));
+        dev.write(0, &vec![0xAA; 2 << 20], false).unwrap();
+        let server = server_with(vec![export("disk", dev.clone())], ServerConfig::default());
+        let (mut c, _, _) = Client::go(&server, "disk", structured).await;
+        for i in 0..N {
+            c.request(CMD_READ, 0, i + 1, (i % 16) * u64::from(LEN), LEN)
+                .await;
+        }
+        // Let the reader run until the pipe and its queue are full.
+        let mut before = u64::MAX;
+        while dev.reads.load(Ordering::SeqCst) != before {
+            before = dev.reads.load(Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        dev.write(0, &vec![0x55; 2 << 20], false).unwrap();
+        assert!(
+            (1..N).contains(&before),
+            "the reader stalled after {before} of {N} reads"
+        );
+        assert!(
+            dev.recalled.load(Ordering::SeqCst) > 0,
+            "some loans were still queued when the device changed"
+        );
+        for i in 0..N {
+            let data = if structured {
+                let (_, kind, cookie, p) = c.chunk().await;
+                assert_eq!((cookie, kind), (i + 1, REPLY_TYPE_OFFSET_DATA));
+                p[8..].to_vec()
+            } else {
+                let r = c.simple(LEN as usize).await;
+                assert_eq!((r.cookie, r.error), (i + 1, 0));
+                r.data
+            };
+            let want = if i < before { 0xAA } else { 0x55 };
+            assert!(
+                data.iter().all(|&b| b == want),
+                "reply {i} (read {}) holds other bytes than its read's",
+                if i < before {
+                    "before the overwrite"
+                } else {
+                    "after it"
+                }
+            );
+        }
+        assert!(c.disconnect().await.is_ok());
+    }
+}
+
 #[tokio::test]
 async fn alignment_is_enforced_for_devices_with_a_minimum_block() {
     let mut rec = Recorder::new(SIZE);

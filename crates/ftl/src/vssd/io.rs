@@ -7,7 +7,7 @@
 //! programmed where allocation puts it, then mapped; background GC then does its
 //! share on the unit written.
 
-use blockdev::{check_range, IoResult};
+use blockdev::{check_range, IoResult, Loan, ZEROS_LEN};
 use clock::Nanos;
 use flash::{Oob, OobKind};
 
@@ -97,6 +97,44 @@ impl Vssd {
         let gp = self.global_page(g, g.map.l2p[lba as usize]);
         g.counters.flash_pages_read += pages as u64;
         Ok(self.dev.read_run(gp, off, out, now)?)
+    }
+
+    /// What [`BlockDev::read`](blockdev::BlockDev::read) reads, as loans: each
+    /// run of flash pages ([`Self::run_at`]) lent by the device
+    /// ([`FlashDevice::lend_run`](flash::FlashDevice::lend_run)), holes as
+    /// zeros; booked and counted as `read` books and counts them.
+    pub(super) fn lend_read(&self, offset: u64, len: usize) -> IoResult<(Nanos, Vec<Loan>)> {
+        check_range(offset, len as u64, self.cfg.capacity_bytes)?;
+        let mut g = self.inner.lock();
+        self.check_alive(&g)?;
+        let now = self.clock.now();
+        let ps = self.page_size as u64;
+        let mut done = now;
+        let mut loans = Vec::new();
+        // Bytes of holes not lent yet: adjacent holes go out as one loan.
+        let mut zeros = 0usize;
+        let mut pos = 0usize;
+        while pos < len {
+            let at = offset + pos as u64;
+            let off = (at % ps) as usize;
+            let lba = at / ps;
+            let pages = self.run_at(&g, lba, (off + len - pos).div_ceil(self.page_size));
+            let n = (pages * self.page_size - off).min(len - pos);
+            let lp = g.map.l2p[lba as usize];
+            if lp == UNMAPPED {
+                zeros += n;
+            } else {
+                lend_zeros(&mut loans, std::mem::take(&mut zeros));
+                let gp = self.global_page(&g, lp);
+                g.counters.flash_pages_read += pages as u64;
+                let (t, loan) = self.dev.lend_run(gp, off, n, now).map_err(FtlError::from)?;
+                done = done.max(t);
+                loans.push(loan);
+            }
+            pos += n;
+        }
+        lend_zeros(&mut loans, zeros);
+        Ok((done, loans))
     }
 
     /// Overwrites `data.len()` bytes at `off` within logical page `lba` (read-modify-write).
@@ -381,5 +419,14 @@ impl Vssd {
             i += m;
         }
         Ok(done)
+    }
+}
+
+/// Appends `n` zero bytes to `loans`, in loans of at most [`ZEROS_LEN`].
+fn lend_zeros(loans: &mut Vec<Loan>, mut n: usize) {
+    while n > 0 {
+        let k = n.min(ZEROS_LEN);
+        loans.push(Loan::zeros(k));
+        n -= k;
     }
 }
