@@ -351,7 +351,8 @@ impl Vssd {
     /// `lbas` have replaced those of its pages they map to, either keeps live
     /// pages after the steps or is finished by them with the unit then back
     /// above GC's soft mark (so no next victim is chosen within them). `None`
-    /// when the steps may do more.
+    /// when the steps may do more, or when GC is due on the unit but has no
+    /// victim yet (the write's own replaced pages may give it one).
     pub(crate) fn gc_steps_bound(
         &self,
         g: &mut Inner,
@@ -367,8 +368,13 @@ impl Vssd {
             return None;
         }
         let Some(victim) = self.victim(g, pu, now) else {
-            // nothing to collect: the steps do nothing
-            return Some(0);
+            // Nothing to collect now, but the host pages about to be written
+            // may replace pages of a closed block (or fill the active one
+            // they replace pages of), and the steps then choose it and move
+            // its pages into a block they open (the property test
+            // `read_returns_last_write_filled` found it). The caller writes
+            // page by page instead.
+            return None;
         };
         let st = &g.pus[pu];
         let mut debt = st.debt;
