@@ -163,7 +163,7 @@ use std::sync::Arc;
 
 use blockdev::{
     check_range, covered, push_extent, Alloc, BlockDev, BlockSizes, Completion, IoError, IoResult,
-    MapExtent,
+    Loan, MapExtent, ZEROS_LEN,
 };
 use parking_lot::{Condvar, Mutex, RwLock};
 
@@ -456,6 +456,17 @@ fn split(
 
 /// The segment (and its first byte) that holds all of `[offset, offset + len)`, if
 /// one does: the common case, served without splitting.
+/// Reads `len` bytes of `dev` at `at` as loans: its own if it lends, else
+/// one loan of a copy.
+fn lend_from(dev: &dyn BlockDev, at: u64, len: usize) -> IoResult<(Completion, Vec<Loan>)> {
+    if let Some(r) = dev.read_lent(at, len) {
+        return r;
+    }
+    let mut b = vec![0u8; len].into_boxed_slice();
+    let done = dev.read(at, &mut b)?;
+    Ok((done, vec![Loan::owned(b)]))
+}
+
 fn within(map: &BTreeMap<u64, Segment>, offset: u64, len: u64) -> Option<(u64, &Segment)> {
     match map.range(..=offset).next_back() {
         Some((&s, seg)) if offset + len <= s + seg.len => Some((s, seg)),
@@ -760,6 +771,41 @@ fn check_fits(gssd_id: u64, dev: &dyn BlockDev, base: u64, len: u64) -> Result<(
     Ok(())
 }
 
+impl GhostVolume {
+    /// [`BlockDev::read_lent`]: see there.
+    fn lend(&self, offset: u64, len: usize) -> IoResult<(Completion, Vec<Loan>)> {
+        self.check(offset, len as u64)?;
+        let map = self.inner.map.read();
+        if let Some((s, seg)) = within(&map, offset, len as u64) {
+            return lend_from(&*seg.target.dev, seg.target.base + offset - s, len);
+        }
+        let mut completion = 0;
+        let mut loans = Vec::new();
+        split(&map, offset, len as u64, |p| {
+            match p {
+                Piece::Mapped {
+                    seg, seg_off, len, ..
+                } => {
+                    let (c, l) =
+                        lend_from(&*seg.target.dev, seg.target.base + seg_off, len as usize)?;
+                    completion = completion.max(c);
+                    loans.extend(l);
+                }
+                Piece::Hole { len, .. } => {
+                    let mut n = len as usize;
+                    while n > 0 {
+                        let k = n.min(ZEROS_LEN);
+                        loans.push(Loan::zeros(k));
+                        n -= k;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok((completion, loans))
+    }
+}
+
 impl BlockDev for GhostVolume {
     fn size(&self) -> u64 {
         self.inner.size
@@ -800,6 +846,15 @@ impl BlockDev for GhostVolume {
             Ok(())
         })?;
         Ok(completion)
+    }
+
+    /// The read as loans: each piece lent by its gSSD (a vSSD lends its
+    /// flash pages; a target that cannot lend is read into a loan of its
+    /// own), holes as zeros. A piece under migration is read from the old
+    /// target, as [`BlockDev::read`] reads it; its erase after the switch
+    /// recalls the loans first.
+    fn read_lent(&self, offset: u64, len: usize) -> Option<IoResult<(Completion, Vec<Loan>)>> {
+        Some(self.lend(offset, len))
     }
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {

@@ -26,6 +26,12 @@ fn read_vec(v: &GhostVolume, off: u64, len: usize) -> Vec<u8> {
     b
 }
 
+/// A read as loans ([`BlockDev::read_lent`]), their bytes in order.
+fn lent_vec(v: &GhostVolume, off: u64, len: usize) -> Vec<u8> {
+    let (_, loans) = v.read_lent(off, len).expect("a volume lends").unwrap();
+    loans.iter().flat_map(|l| l.bytes().to_vec()).collect()
+}
+
 #[test]
 fn unbacked_reads_zero_and_writes_enospc() {
     let v = GhostVolume::new("v", 16 * K4);
@@ -572,6 +578,7 @@ proptest! {
                 }
                 Op::Read { off, len } => {
                     prop_assert_eq!(read_vec(&v, off, len as usize), &model[off as usize..(off + len) as usize]);
+                    prop_assert_eq!(lent_vec(&v, off, len as usize), &model[off as usize..(off + len) as usize]);
                 }
                 Op::Trim { off, len } | Op::Zero { off, len } => {
                     if matches!(op, Op::Trim { .. }) {
