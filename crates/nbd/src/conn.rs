@@ -180,21 +180,14 @@ impl OutBuf {
         self.slot(b.len()).copy_from_slice(b);
     }
 
-    /// Queues `buf[..len]` after what is queued now, without copying it.
-    fn attach(&mut self, buf: Vec<u8>, len: usize) {
-        debug_assert!(len <= buf.len());
-        self.attached_bytes += len;
-        self.attached.push(Attached {
-            at: self.used,
-            payload: Payload::Owned { buf, len },
-        });
-    }
-
-    /// Queues the device's `loans` after what is queued now.
-    fn attach_lent(&mut self, loans: Vec<Loan>) {
-        let payload = Payload::Lent(loans);
+    /// Queues `payload` after what is queued now: an owned buffer moved in,
+    /// or the device's loans.
+    fn attach_payload(&mut self, payload: Payload) {
         self.attached_bytes += payload.len();
-        self.lent += 1;
+        match &payload {
+            Payload::Owned { buf, len } => debug_assert!(*len <= buf.len()),
+            Payload::Lent(_) => self.lent += 1,
+        }
         self.attached.push(Attached {
             at: self.used,
             payload,
@@ -279,7 +272,7 @@ async fn write_pieces<W: AsyncWrite + Unpin>(w: &mut W, pieces: &[&[u8]]) -> std
 /// Most slices one vectored write takes (the kernel's `IOV_MAX` is 1,024).
 const MAX_SLICES: usize = 1024;
 
-/// Writes `out`, which holds loans ([`OutBuf::attach_lent`]), in order. Each
+/// Writes `out`, which holds loans ([`Payload::Lent`]), in order. Each
 /// poll of the stream locks the loans it sends from and lets go of them
 /// before it returns, so a lender recalling a loan (an erase of its block)
 /// waits for at most one non-blocking write, never for the client to read.
@@ -435,23 +428,17 @@ fn put_read(
     }
 }
 
-/// Appends a read reply whose data was read earlier, into a buffer of its
-/// own (a large read, or any read in emulation mode): the header is copied in,
-/// the data attached.
-fn put_read_data(
-    out: &mut OutBuf,
-    structured: bool,
-    cookie: u64,
-    offset: u64,
-    data: Vec<u8>,
-    len: usize,
-) {
+/// Appends a read reply whose data was read earlier (a large read, or any
+/// read in emulation mode): the header is copied in, the data attached, in
+/// a buffer of its own or as the device's loans ([`BlockDev::read_lent`]).
+fn put_read_payload(out: &mut OutBuf, structured: bool, cookie: u64, offset: u64, data: Payload) {
+    let len = data.len();
     if structured && len == 0 {
         return put_empty_read(out, cookie);
     }
     let hlen = read_header_len(structured);
     write_read_header(out.slot(hlen), structured, cookie, offset, len);
-    out.attach(data, len);
+    out.attach_payload(data);
 }
 
 /// Copies the bytes of `loans`, in order, into `out` (as long as they are).
@@ -463,24 +450,6 @@ fn copy_lent(loans: &[Loan], out: &mut [u8]) {
         at += b.len();
     }
     debug_assert_eq!(at, out.len());
-}
-
-/// Appends a read reply whose data the device lent ([`BlockDev::read_lent`]).
-fn put_read_lent(
-    out: &mut OutBuf,
-    structured: bool,
-    cookie: u64,
-    offset: u64,
-    loans: Vec<Loan>,
-    len: usize,
-) {
-    if structured && len == 0 {
-        return put_empty_read(out, cookie);
-    }
-    debug_assert_eq!(loans.iter().map(Loan::len).sum::<usize>(), len);
-    let hlen = read_header_len(structured);
-    write_read_header(out.slot(hlen), structured, cookie, offset, len);
-    out.attach_lent(loans);
 }
 
 fn reject_message(errno: u32) -> &'static str {
@@ -1120,9 +1089,17 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                 self.status(cookie, Err((e.errno(), Cow::Owned(e.to_string()))))
                     .await
             }
+            (Ok(_), _, Some(lent)) if lent.iter().map(Loan::len).sum::<usize>() != n => {
+                // A device bug; a reply of another length would desync the stream.
+                let e = IoError::Media(format!(
+                    "the device lent the wrong length for a read of {n} bytes"
+                ));
+                self.status(cookie, Err((e.errno(), Cow::Owned(e.to_string()))))
+                    .await
+            }
             (Ok(_), _, Some(lent)) => {
                 append(&self.shared, &mut self.kick_pending, |out| {
-                    put_read_lent(out, structured, cookie, offset, lent, n)
+                    put_read_payload(out, structured, cookie, offset, Payload::Lent(lent))
                 })
                 .await
             }
@@ -1144,7 +1121,13 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                 // The buffer goes with the reply; the writer hands it back.
                 let data = std::mem::take(&mut buf);
                 append(&self.shared, &mut self.kick_pending, |out| {
-                    put_read_data(out, structured, cookie, offset, data, n)
+                    put_read_payload(
+                        out,
+                        structured,
+                        cookie,
+                        offset,
+                        Payload::Owned { buf: data, len: n },
+                    )
                 })
                 .await
             }
@@ -1345,7 +1328,13 @@ impl<R: AsyncRead + Unpin> Conn<R> {
                     data,
                 } => {
                     let len = data.len();
-                    put_read_data(out, structured, cookie, offset, data, len)
+                    put_read_payload(
+                        out,
+                        structured,
+                        cookie,
+                        offset,
+                        Payload::Owned { buf: data, len },
+                    )
                 }
             });
             shared.paced.add_permits(cost as usize);
@@ -1661,11 +1650,20 @@ mod tests {
     async fn attached_payloads_go_out_in_order() {
         let mut out = OutBuf::new(16);
         out.push(b"head1");
-        out.attach(b"PAYLOAD-1xxx".to_vec(), 9);
-        out.attach(Vec::new(), 0);
+        out.attach_payload(Payload::Owned {
+            buf: b"PAYLOAD-1xxx".to_vec(),
+            len: 9,
+        });
+        out.attach_payload(Payload::Owned {
+            buf: Vec::new(),
+            len: 0,
+        });
         out.push(b"head2");
         out.push(b"tail");
-        out.attach(b"P2".to_vec(), 2);
+        out.attach_payload(Payload::Owned {
+            buf: b"P2".to_vec(),
+            len: 2,
+        });
         assert_eq!(out.queued(), 5 + 9 + 5 + 4 + 2);
         let want = b"head1PAYLOAD-1head2tailP2".to_vec();
         for (max, vectored) in [(1, true), (3, true), (7, false), (1000, true)] {
