@@ -1259,6 +1259,120 @@ async fn lent_reads_keep_their_bytes_when_recalled_while_queued() {
     }
 }
 
+/// As above, over TLS: a loan recalled while OpenSSL waits to finish a
+/// write of its bytes is retried from the copy, at another address, which
+/// OpenSSL accepts only with `SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER` (without
+/// it the retry fails with "bad write retry" and the connection is lost).
+#[tokio::test]
+async fn lent_reads_over_tls_survive_a_recall_mid_write() {
+    use crate::tls::{PskKeys, Tls, TlsMode, TlsSetup};
+    const LEN: u32 = 128 << 10;
+    const N: u64 = 32;
+    const KEY: [u8; 16] = [0x11; 16];
+    let dev = Arc::new(Lender::new(2 << 20));
+    dev.write(0, &vec![0xAA; 2 << 20], false).unwrap();
+    let tls = Tls::new(TlsSetup {
+        mode: TlsMode::Require,
+        psk: Some(PskKeys::parse("alice:11111111111111111111111111111111").unwrap()),
+        ..TlsSetup::default()
+    })
+    .unwrap()
+    .map(Arc::new);
+    let server = server_with(
+        vec![export("disk", dev.clone())],
+        ServerConfig {
+            tls,
+            ..ServerConfig::default()
+        },
+    );
+    // A small pipe: the server's writer soon waits in the middle of a reply.
+    let (mut a, b) = tokio::io::duplex(64 << 10);
+    let srv = tokio::spawn(async move { server.handle(b).await });
+    let mut greeting = [0u8; 18];
+    a.read_exact(&mut greeting).await.unwrap();
+    a.write_all(&3u32.to_be_bytes()).await.unwrap();
+    let option = |opt: u32, data: &[u8]| {
+        let mut m = IHAVEOPT.to_be_bytes().to_vec();
+        m.extend_from_slice(&opt.to_be_bytes());
+        m.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        m.extend_from_slice(data);
+        m
+    };
+    a.write_all(&option(OPT_STARTTLS, &[])).await.unwrap();
+    let mut ack = [0u8; 20];
+    a.read_exact(&mut ack).await.unwrap();
+    assert_eq!(u32::from_be_bytes(ack[12..16].try_into().unwrap()), REP_ACK);
+    let mut cb =
+        openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls_client()).unwrap();
+    cb.set_verify(openssl::ssl::SslVerifyMode::NONE);
+    cb.set_psk_client_callback(|_, _, identity, psk| {
+        identity[..6].copy_from_slice(b"alice\0");
+        psk[..KEY.len()].copy_from_slice(&KEY);
+        Ok(KEY.len())
+    });
+    let ssl = cb
+        .build()
+        .configure()
+        .unwrap()
+        .verify_hostname(false)
+        .into_ssl("localhost")
+        .unwrap();
+    let mut c = tokio_openssl::SslStream::new(ssl, a).unwrap();
+    std::pin::Pin::new(&mut c).connect().await.unwrap();
+    let mut go = 4u32.to_be_bytes().to_vec();
+    go.extend_from_slice(b"disk");
+    go.extend_from_slice(&0u16.to_be_bytes());
+    c.write_all(&option(OPT_GO, &go)).await.unwrap();
+    loop {
+        let mut h = [0u8; 20];
+        c.read_exact(&mut h).await.unwrap();
+        let mut d = vec![0u8; u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize];
+        c.read_exact(&mut d).await.unwrap();
+        if u32::from_be_bytes(h[12..16].try_into().unwrap()) == REP_ACK {
+            break;
+        }
+    }
+    for i in 0..N {
+        let h = RequestHeader {
+            flags: 0,
+            kind: CMD_READ,
+            cookie: i + 1,
+            offset: (i % 16) * u64::from(LEN),
+            length: LEN,
+        };
+        c.write_all(&encode_request(&h)).await.unwrap();
+    }
+    let mut before = u64::MAX;
+    while dev.reads.load(Ordering::SeqCst) != before {
+        before = dev.reads.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    dev.write(0, &vec![0x55; 2 << 20], false).unwrap();
+    assert!(
+        (1..N).contains(&before),
+        "the reader stalled after {before} of {N} reads"
+    );
+    assert!(
+        dev.recalled.load(Ordering::SeqCst) > 0,
+        "loans were recalled"
+    );
+    let mut buf = vec![0u8; 16 + LEN as usize];
+    for i in 0..N {
+        tokio::time::timeout(T, c.read_exact(&mut buf))
+            .await
+            .expect("a reply in time")
+            .unwrap_or_else(|e| panic!("reply {i}: {e} (the server's write failed?)"));
+        assert_eq!(u64::from_be_bytes(buf[8..16].try_into().unwrap()), i + 1);
+        let want = if i < before { 0xAA } else { 0x55 };
+        assert!(
+            buf[16..].iter().all(|&b| b == want),
+            "reply {i} holds other bytes than its read's"
+        );
+    }
+    drop(c);
+    let _ = srv.await;
+}
+
 #[tokio::test]
 async fn alignment_is_enforced_for_devices_with_a_minimum_block() {
     let mut rec = Recorder::new(SIZE);
