@@ -19,7 +19,7 @@ REPS=${2:-3}
 if [ -n "${FLEXSSD_BIN:-}" ]; then
   BIN=$(realpath "$FLEXSSD_BIN")
 else
-  cargo build --release -q -p flexssd
+  scripts/build-deps.sh; cargo build --release -q -p flexssd
   BIN=$PWD/target/release/flexssd
 fi
 for t in fio curl python3 openssl; do command -v $t >/dev/null || { echo "bench-abuse: $t is missing (make test installs it)"; exit 1; }; done

@@ -27,7 +27,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 "$VENV/bin/pip" install -q libcachesim numpy
-cargo build --release -q -p flexssd
+scripts/build-deps.sh; cargo build --release -q -p flexssd
 BIN=$PWD/target/release/flexssd
 WORK=$(mktemp -d /tmp/flexssd-bench-cache.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT

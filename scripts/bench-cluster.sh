@@ -19,7 +19,7 @@ REPS=${4:-3}
 if [ -n "${FLEXSSD_BIN:-}" ]; then
   BIN=$(realpath "$FLEXSSD_BIN")
 else
-  cargo build --release -q -p flexssd
+  scripts/build-deps.sh; cargo build --release -q -p flexssd
   BIN=$PWD/target/release/flexssd
 fi
 command -v etcd >/dev/null || { echo "bench-cluster: etcd is missing (make test installs etcd-server)"; exit 1; }

@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${1:-2}
 if [ -n "${FLEXSSD_BIN:-}" ]; then BIN=$(realpath "$FLEXSSD_BIN"); else
-  cargo build --release -q -p flexssd; BIN=$PWD/target/release/flexssd; fi
+  scripts/build-deps.sh; cargo build --release -q -p flexssd; BIN=$PWD/target/release/flexssd; fi
 . scripts/lib.sh
 for t in fio nbdkit curl python3; do command -v $t >/dev/null || { echo "bench-cpu: $t is missing (make test installs it)"; exit 1; }; done
 ARGS=${FIO_ARGS:---rw=write --bs=128k --iodepth=32 --size=400M}

@@ -25,7 +25,7 @@ REPS=${2:-3}
 if [ -n "${FLEXSSD_BIN:-}" ]; then
   BIN=$(realpath "$FLEXSSD_BIN")
 else
-  cargo build --release -q -p flexssd
+  scripts/build-deps.sh; cargo build --release -q -p flexssd
   BIN=$PWD/target/release/flexssd
 fi
 BASE_BIN=${FLEXSSD_BASE_BIN:+$(realpath "$FLEXSSD_BASE_BIN")}

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNTIME=${1:-4}
 REPS=${2:-3}
-cargo build --release -q -p flexssd
+scripts/build-deps.sh; cargo build --release -q -p flexssd
 BIN=$PWD/target/release/flexssd
 . scripts/lib.sh
 WORK=$(mktemp -d /tmp/flexssd-layout.XXXXXX)

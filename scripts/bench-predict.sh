@@ -10,6 +10,6 @@
 # Run on an idle machine (load < 1.5): the numbers are wall-clock times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p predict --example overhead
+scripts/build-deps.sh; cargo build --release -q -p predict --example overhead
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg), cores: $(nproc), RAYON_NUM_THREADS=1" >&2
 RAYON_NUM_THREADS=1 target/release/examples/overhead "${1:-1000}"

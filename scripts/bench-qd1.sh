@@ -24,7 +24,7 @@ REPS=${2:-2}
 if [ -n "${FLEXSSD_BIN:-}" ]; then
   BIN=$(realpath "$FLEXSSD_BIN")
 else
-  cargo build --release -q -p flexssd
+  scripts/build-deps.sh; cargo build --release -q -p flexssd
   BIN=$PWD/target/release/flexssd
 fi
 . scripts/lib.sh

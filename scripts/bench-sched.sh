@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
 SECS=${2:-5}
-cargo build --release -q -p flexssd
+scripts/build-deps.sh; cargo build --release -q -p flexssd
 BIN=$PWD/target/release/flexssd
 . scripts/lib.sh
 WORK=$(mktemp -d /tmp/flexssd-bsched.XXXXXX)

@@ -40,7 +40,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 if [ -z "${BIN:-}" ]; then
   note "building flexssd (release)"
-  cargo build --release -q -p flexssd
+  scripts/build-deps.sh; cargo build --release -q -p flexssd
   BIN=$PWD/target/release/flexssd
 fi
 OUT=docs/results

@@ -63,7 +63,7 @@ for t in nbdfuse fio losetup fusermount3 mkfs.ext4 curl python3 db_bench; do
 done
 . scripts/lib.sh
 note "building flexssd (release)"
-cargo build --release -q -p flexssd
+scripts/build-deps.sh; cargo build --release -q -p flexssd
 BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/flexssd
 WORK=$(mktemp -d /tmp/flexssd-fig20.XXXXXX)
 MNT=$WORK/mnt FUSE=$WORK/fuse LOOP= FUSE_PID= HVF=

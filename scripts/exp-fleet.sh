@@ -29,7 +29,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 note "building flexssd (release)"
-cargo build --release -q -p flexssd
+scripts/build-deps.sh; cargo build --release -q -p flexssd
 BIN=$PWD/target/release/flexssd
 OUT=docs/results
 mkdir -p "$OUT"

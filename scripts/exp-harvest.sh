@@ -60,7 +60,7 @@ FIG19_SECS=${FIG19_SECS:-55}
 VOL=12M
 . scripts/lib.sh
 note "building flexssd (release)"
-cargo build --release -q -p flexssd
+scripts/build-deps.sh; cargo build --release -q -p flexssd
 BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/flexssd
 WORK=$(mktemp -d /tmp/flexssd-harvest.XXXXXX)
 trap 'stop_daemon; kill $(jobs -p) 2>/dev/null || true; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT

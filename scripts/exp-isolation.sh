@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 SECS=${1:-15}
 . scripts/lib.sh
 note "building flexssd (release)"
-cargo build --release -q -p flexssd
+scripts/build-deps.sh; cargo build --release -q -p flexssd
 BIN=$PWD/target/release/flexssd
 WORK=$(mktemp -d /tmp/flexssd-iso.XXXXXX)
 trap 'stop_daemon; kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT

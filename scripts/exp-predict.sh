@@ -26,7 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 note "building flexssd (release)"
-cargo build --release -q -p flexssd
+scripts/build-deps.sh; cargo build --release -q -p flexssd
 BIN=$PWD/target/release/flexssd
 T=../shared/traces
 OUT=docs/results
