@@ -92,6 +92,16 @@ impl Loan {
         }))
     }
 
+    /// Appends `n` zero bytes to `loans`, in loans of at most [`ZEROS_LEN`]:
+    /// a hole of any length.
+    pub fn push_zeros(loans: &mut Vec<Loan>, mut n: usize) {
+        while n > 0 {
+            let k = n.min(ZEROS_LEN);
+            loans.push(Loan::zeros(k));
+            n -= k;
+        }
+    }
+
     /// A loan of bytes the borrower owns already (a device that cannot lend
     /// part of a read).
     pub fn owned(bytes: Box<[u8]>) -> Loan {
@@ -229,6 +239,12 @@ mod tests {
         let o = Loan::owned(vec![3u8; 5].into_boxed_slice());
         assert_eq!(&*o.bytes(), &[3u8; 5]);
         assert!(Loan::zeros(0).is_empty());
+        let mut v = Vec::new();
+        Loan::push_zeros(&mut v, 2 * ZEROS_LEN + 5);
+        assert_eq!(
+            v.iter().map(Loan::len).collect::<Vec<_>>(),
+            [ZEROS_LEN, ZEROS_LEN, 5]
+        );
     }
 
     #[test]

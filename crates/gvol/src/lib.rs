@@ -163,7 +163,7 @@ use std::sync::Arc;
 
 use blockdev::{
     check_range, covered, push_extent, Alloc, BlockDev, BlockSizes, Completion, IoError, IoResult,
-    Loan, MapExtent, ZEROS_LEN,
+    Loan, MapExtent,
 };
 use parking_lot::{Condvar, Mutex, RwLock};
 
@@ -791,14 +791,7 @@ impl GhostVolume {
                     completion = completion.max(c);
                     loans.extend(l);
                 }
-                Piece::Hole { len, .. } => {
-                    let mut n = len as usize;
-                    while n > 0 {
-                        let k = n.min(ZEROS_LEN);
-                        loans.push(Loan::zeros(k));
-                        n -= k;
-                    }
-                }
+                Piece::Hole { len, .. } => Loan::push_zeros(&mut loans, len as usize),
             }
             Ok(())
         })?;

@@ -13,7 +13,7 @@
 //! A large read (see [`LARGE_READ`]) from a device that lends its memory
 //! ([`BlockDev::read_lent`]: a vSSD lends its flash mapping) is queued as the
 //! device's [`Loan`]s and sent from the device's own bytes, with no copy before
-//! the socket's ([`write_lent`]); the device recalls a loan (copies its bytes
+//! the socket's ([`write_parts`]); the device recalls a loan (copies its bytes
 //! into it) before it erases them, so a client that stops reading delays no
 //! erase. From other devices, or when the reply waits for its modelled time,
 //! a large read is read outside the buffer's lock into a buffer of its own,
@@ -110,8 +110,6 @@ pub(crate) struct OutBuf {
     /// Attached payloads, in order: each goes out after `data[..at]`.
     attached: Vec<Attached>,
     attached_bytes: usize,
-    /// How many of them are loans.
-    lent: usize,
 }
 
 /// A read payload queued by ownership (see [`OutBuf`]).
@@ -125,7 +123,7 @@ enum Payload {
     /// `buf[..len]`, read by the device into a buffer of the connection's.
     Owned { buf: Vec<u8>, len: usize },
     /// The device's own memory, lent ([`BlockDev::read_lent`]): sent with
-    /// no copy out of the device ([`write_lent`]).
+    /// no copy out of the device ([`write_parts`]).
     Lent(Vec<Loan>),
 }
 
@@ -160,7 +158,6 @@ impl OutBuf {
             used: 0,
             attached: Vec::new(),
             attached_bytes: 0,
-            lent: 0,
         }
     }
 
@@ -184,9 +181,8 @@ impl OutBuf {
     /// or the device's loans.
     fn attach_payload(&mut self, payload: Payload) {
         self.attached_bytes += payload.len();
-        match &payload {
-            Payload::Owned { buf, len } => debug_assert!(*len <= buf.len()),
-            Payload::Lent(_) => self.lent += 1,
+        if let Payload::Owned { buf, len } = &payload {
+            debug_assert!(*len <= buf.len());
         }
         self.attached.push(Attached {
             at: self.used,
@@ -222,24 +218,11 @@ impl OutBuf {
         out
     }
 
-    /// The queued output in order, as slices; for a buffer with no loans.
-    fn pieces(&self) -> Vec<&[u8]> {
-        debug_assert_eq!(self.lent, 0, "loans are sent by write_lent");
-        self.parts()
-            .into_iter()
-            .filter_map(|p| match p {
-                Part::Bytes(b) => Some(b),
-                Part::Lent(_) => None,
-            })
-            .collect()
-    }
-
     /// Empties the buffer (loans end); returns the attached payloads'
     /// buffers for reuse.
     fn clear(&mut self) -> impl Iterator<Item = Vec<u8>> + '_ {
         self.used = 0;
         self.attached_bytes = 0;
-        self.lent = 0;
         self.attached.drain(..).filter_map(|a| match a.payload {
             Payload::Owned { buf, .. } => Some(buf),
             Payload::Lent(_) => None,
@@ -247,39 +230,19 @@ impl OutBuf {
     }
 }
 
-/// Writes `pieces` in order: with vectored writes where the stream has them
-/// (sockets), else piece by piece (TLS, whose records are cut by the library).
-async fn write_pieces<W: AsyncWrite + Unpin>(w: &mut W, pieces: &[&[u8]]) -> std::io::Result<()> {
-    if pieces.len() == 1 || !w.is_write_vectored() {
-        for p in pieces {
-            w.write_all(p).await?;
-        }
-        return Ok(());
-    }
-    let mut slices: Vec<std::io::IoSlice<'_>> =
-        pieces.iter().map(|p| std::io::IoSlice::new(p)).collect();
-    let mut rest = &mut slices[..];
-    while !rest.is_empty() {
-        let n = w.write_vectored(rest).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        std::io::IoSlice::advance_slices(&mut rest, n);
-    }
-    Ok(())
-}
-
 /// Most slices one vectored write takes (the kernel's `IOV_MAX` is 1,024).
 const MAX_SLICES: usize = 1024;
 
-/// Writes `out`, which holds loans ([`Payload::Lent`]), in order. Each
-/// poll of the stream locks the loans it sends from and lets go of them
+/// Writes `out`'s parts in order: with vectored writes where the stream has
+/// them (sockets), else a part at a time (TLS, whose records are cut by the
+/// library). Each poll of the stream locks the loans ([`Payload::Lent`]) it
+/// sends from and lets go of them
 /// before it returns, so a lender recalling a loan (an erase of its block)
 /// waits for at most one non-blocking write, never for the client to read.
 /// After a recall the loan's copy goes out, the same bytes (a TLS stream
 /// accepts its buffer moving between retries: the server's context sets
 /// `SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER`, see `tls.rs`).
-async fn write_lent<W: AsyncWrite + Unpin>(w: &mut W, out: &OutBuf) -> std::io::Result<()> {
+async fn write_parts<W: AsyncWrite + Unpin>(w: &mut W, out: &OutBuf) -> std::io::Result<()> {
     let parts = out.parts();
     let vectored = w.is_write_vectored();
     // The first part not wholly sent, and how much of it was.
@@ -536,10 +499,8 @@ async fn writer_loop<W: AsyncWrite + Unpin>(mut w: W, sh: Arc<Shared>) -> std::i
         let written = if spare.attached.is_empty() {
             // The common case: one contiguous batch, no slices to build.
             w.write_all(&spare.data[..spare.used]).await
-        } else if spare.lent == 0 {
-            write_pieces(&mut w, &spare.pieces()).await
         } else {
-            write_lent(&mut w, &spare).await
+            write_parts(&mut w, &spare).await
         };
         let sent = match written {
             Ok(()) => w.flush().await,
@@ -1672,12 +1633,12 @@ mod tests {
                 max,
                 vectored,
             };
-            write_pieces(&mut w, &out.pieces()).await.unwrap();
+            write_parts(&mut w, &out).await.unwrap();
             assert_eq!(w.got, want, "max {max}, vectored {vectored}");
         }
         let back: Vec<Vec<u8>> = out.clear().collect();
         assert_eq!(back.len(), 3);
         assert_eq!(out.queued(), 0);
-        assert!(out.pieces().is_empty());
+        assert!(out.parts().is_empty());
     }
 }

@@ -1136,6 +1136,30 @@ impl Lender {
     }
 }
 
+impl Lender {
+    /// Waits until the server has stopped reading (its pipe and queue are
+    /// full of the replies to a burst of `n` reads, at least one of them
+    /// still to come), then overwrites every byte with `byte`, which
+    /// recalls the loans still out. Returns the reads done before.
+    async fn overwrite_once_stalled(&self, n: u64, byte: u8) -> u64 {
+        let mut before = u64::MAX;
+        while self.reads.load(Ordering::SeqCst) != before {
+            before = self.reads.load(Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.write(0, &vec![byte; self.mem.len], false).unwrap();
+        assert!(
+            (1..n).contains(&before),
+            "the reader stalled after {before} of {n} reads"
+        );
+        assert!(
+            self.recalled.load(Ordering::SeqCst) > 0,
+            "some loans were still queued when the device changed"
+        );
+        before
+    }
+}
+
 impl BlockDev for Lender {
     fn size(&self) -> u64 {
         self.mem.len as u64
@@ -1219,21 +1243,7 @@ async fn lent_reads_keep_their_bytes_when_recalled_while_queued() {
             c.request(CMD_READ, 0, i + 1, (i % 16) * u64::from(LEN), LEN)
                 .await;
         }
-        // Let the reader run until the pipe and its queue are full.
-        let mut before = u64::MAX;
-        while dev.reads.load(Ordering::SeqCst) != before {
-            before = dev.reads.load(Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        dev.write(0, &vec![0x55; 2 << 20], false).unwrap();
-        assert!(
-            (1..N).contains(&before),
-            "the reader stalled after {before} of {N} reads"
-        );
-        assert!(
-            dev.recalled.load(Ordering::SeqCst) > 0,
-            "some loans were still queued when the device changed"
-        );
+        let before = dev.overwrite_once_stalled(N, 0x55).await;
         for i in 0..N {
             let data = if structured {
                 let (_, kind, cookie, p) = c.chunk().await;
@@ -1342,20 +1352,7 @@ async fn lent_reads_over_tls_survive_a_recall_mid_write() {
         };
         c.write_all(&encode_request(&h)).await.unwrap();
     }
-    let mut before = u64::MAX;
-    while dev.reads.load(Ordering::SeqCst) != before {
-        before = dev.reads.load(Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    dev.write(0, &vec![0x55; 2 << 20], false).unwrap();
-    assert!(
-        (1..N).contains(&before),
-        "the reader stalled after {before} of {N} reads"
-    );
-    assert!(
-        dev.recalled.load(Ordering::SeqCst) > 0,
-        "loans were recalled"
-    );
+    let before = dev.overwrite_once_stalled(N, 0x55).await;
     let mut buf = vec![0u8; 16 + LEN as usize];
     for i in 0..N {
         tokio::time::timeout(T, c.read_exact(&mut buf))

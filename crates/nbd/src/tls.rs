@@ -212,7 +212,7 @@ impl Tls {
             .map_err(ssl("TLS versions"))?;
         // A reply lent by the device may be retried from a copy at another
         // address (a loan recalled while the socket was full; see
-        // `conn::write_lent`): the same bytes, so let OpenSSL accept it.
+        // `conn::write_parts`): the same bytes, so let OpenSSL accept it.
         b.set_mode(openssl::ssl::SslMode::ACCEPT_MOVING_WRITE_BUFFER);
         // TLS 1.2 needs the PSK cipher suites named.
         b.set_cipher_list("HIGH:!aNULL:!MD5:!RC4:PSK")

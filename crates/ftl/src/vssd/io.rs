@@ -7,7 +7,7 @@
 //! programmed where allocation puts it, then mapped; background GC then does its
 //! share on the unit written.
 
-use blockdev::{check_range, IoResult, Loan, ZEROS_LEN};
+use blockdev::{check_range, IoResult, Loan};
 use clock::Nanos;
 use flash::{Oob, OobKind};
 
@@ -124,7 +124,7 @@ impl Vssd {
             if lp == UNMAPPED {
                 zeros += n;
             } else {
-                lend_zeros(&mut loans, std::mem::take(&mut zeros));
+                Loan::push_zeros(&mut loans, std::mem::take(&mut zeros));
                 let gp = self.global_page(&g, lp);
                 g.counters.flash_pages_read += pages as u64;
                 let (t, loan) = self.dev.lend_run(gp, off, n, now).map_err(FtlError::from)?;
@@ -133,7 +133,7 @@ impl Vssd {
             }
             pos += n;
         }
-        lend_zeros(&mut loans, zeros);
+        Loan::push_zeros(&mut loans, zeros);
         Ok((done, loans))
     }
 
@@ -419,14 +419,5 @@ impl Vssd {
             i += m;
         }
         Ok(done)
-    }
-}
-
-/// Appends `n` zero bytes to `loans`, in loans of at most [`ZEROS_LEN`].
-fn lend_zeros(loans: &mut Vec<Loan>, mut n: usize) {
-    while n > 0 {
-        let k = n.min(ZEROS_LEN);
-        loans.push(Loan::zeros(k));
-        n -= k;
     }
 }
