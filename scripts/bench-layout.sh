@@ -5,12 +5,19 @@
 # Servers alternate; REPS runs of RUNTIME seconds each; prints the IOPS medians.
 #
 #   scripts/bench-layout.sh [RUNTIME_SECONDS [REPS]]   (default 4 s, 3 repetitions)
+#
+# Environment: FLEXSSD_BIN=PATH benchmarks this flexssd binary (default: build
+# target/release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNTIME=${1:-4}
 REPS=${2:-3}
-scripts/build-deps.sh; cargo build --release -q -p flexssd
-BIN=$PWD/target/release/flexssd
+if [ -n "${FLEXSSD_BIN:-}" ]; then
+  BIN=$(realpath "$FLEXSSD_BIN")
+else
+  scripts/build-deps.sh; cargo build --release -q -p flexssd
+  BIN=$PWD/target/release/flexssd
+fi
 . scripts/lib.sh
 WORK=$(mktemp -d /tmp/flexssd-layout.XXXXXX)
 trap 'stop_daemon; [ -n "${KPID:-}" ] && kill $KPID 2>/dev/null; rm -rf "$WORK"' EXIT

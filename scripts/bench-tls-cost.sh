@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# What one 128 KiB write over NBD TLS costs each server: flexssd (the
+# bench-tls configuration: fast mode, memory backend, 8 channels) and
+# `nbdkit --tls=require memory`, both with the same X.509 certificates and
+# AES-128-GCM, one after the other. fio writes sequentially at queue depth 32
+# for 8 s; `perf stat` counts the server's CPU time and system calls over 4 s
+# of it. Prints IOPS, CPU µs per request and the counts (BENCHMARKS.md, the
+# TLS section).
+#
+#   scripts/bench-tls-cost.sh            (FLEXSSD_BIN=PATH: this binary)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+if [ -n "${FLEXSSD_BIN:-}" ]; then
+  BIN=$(realpath "$FLEXSSD_BIN")
+else
+  scripts/build-deps.sh; cargo build --release -q -p flexssd
+  BIN=$PWD/target/release/flexssd
+fi
+for t in fio nbdkit perf openssl python3; do command -v $t >/dev/null || { echo "bench-tls-cost: $t is missing"; exit 1; }; done
+WORK=$(mktemp -d /tmp/flexssd-tls-cost.XXXXXX)
+trap 'stop_daemon; [ -n "${KPID:-}" ] && kill $KPID 2>/dev/null; rm -rf "$WORK"' EXIT
+PKI=$WORK/pki
+make_pki "$PKI"
+export HOME=$PKI/home
+start_daemon "$WORK/fx" '
+mode = "fast"
+[[devices]]
+name = "ssd0"
+backend = "memory"
+prefault = true
+[[vssds]]
+name = "bench"
+channels = 8' "tls = \"require\"
+tls_certificates = \"$PKI/srv\""
+FX="nbds+unix:///bench?socket=$SOCK&tls-hostname=localhost"
+printf '[overrides]\ntls-disabled-cipher = AES-256-GCM\ntls-disabled-cipher = CHACHA20-POLY1305\n' > "$WORK/gnutls.cfg"
+GNUTLS_SYSTEM_PRIORITY_FILE="$WORK/gnutls.cfg" \
+  nbdkit -U "$WORK/k.sock" --pidfile "$WORK/k.pid" --tls=require --tls-certificates="$PKI/srv" memory 2G
+for _ in $(seq 50); do [ -f "$WORK/k.pid" ] && break; sleep 0.1; done
+KPID=$(cat "$WORK/k.pid")
+NK="nbds+unix:///?socket=$WORK/k.sock&tls-hostname=localhost"
+EVENTS='task-clock,context-switches,syscalls:sys_enter_recvfrom,syscalls:sys_enter_sendto,syscalls:sys_enter_sendmsg,syscalls:sys_enter_epoll_wait'
+printf '| server | IOPS | CPU µs per request | recvfrom | sendto + sendmsg | epoll_wait | context switches |\n|---|---:|---:|---:|---:|---:|---:|\n'
+for s in "flexssd $DAEMON_PID $FX" "nbdkit $KPID $NK"; do
+  read -r name pid uri <<<"$s"
+  fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=1M --iodepth=8 --size=1G >/dev/null
+  fio_json "$WORK/$name.json" --name=b --ioengine=nbd --uri="$uri" --rw=write --bs=128k --iodepth=32 \
+    --size=1G --time_based --runtime=8 &
+  F=$!
+  sleep 2
+  perf stat -x, -e "$EVENTS" -p "$pid" -- sleep 4 2> "$WORK/$name.stat" >/dev/null
+  wait "$F"
+  python3 - "$name" "$WORK/$name.json" "$WORK/$name.stat" <<'PY'
+import json, sys
+name, fj, st = sys.argv[1:]
+iops = sum(j["write"]["iops"] for j in json.load(open(fj))["jobs"])
+c = {}
+for line in open(st):
+    f = line.strip().split(",")
+    if len(f) > 2 and f[0].replace(".", "").isdigit():
+        c[f[2]] = float(f[0])
+ms = c.get("task-clock", 0.0)  # milliseconds of CPU over the 4 s
+per = ms * 1000 / (iops * 4) if iops else 0
+g = lambda k: int(c.get("syscalls:sys_enter_" + k, 0))
+print(f"| {name} | {iops:,.0f} | {per:.0f} | {g('recvfrom'):,} | {g('sendto') + g('sendmsg'):,} | {g('epoll_wait'):,} | {int(c.get('context-switches', 0)):,} |")
+PY
+done
