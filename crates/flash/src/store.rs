@@ -392,8 +392,14 @@ impl Store {
     /// memory.
     fn put_pages(&self, off: usize, pages: &[&[u8]]) -> Result<()> {
         let Some(f) = &self.data_file else {
-            for (i, d) in pages.iter().enumerate() {
-                self.put(Region::Data, off + i * d.len(), d)?;
+            let total: usize = pages.iter().map(|d| d.len()).sum();
+            assert!(off + total <= self.data.len(), "store write out of bounds");
+            let mut at = off;
+            for d in pages {
+                // SAFETY: in bounds (checked above); callers hold the channel
+                // lock of the pages.
+                unsafe { stream_copy(self.data.as_mut_ptr().add(at), d) };
+                at += d.len();
             }
             return Ok(());
         };
@@ -932,9 +938,82 @@ pub(crate) fn meta_path(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Copies `src` to `dst` (memory backend: a program's page data). Pages
+/// are large and cold: a program writes pages nobody read lately, so the
+/// ordinary copy first reads every cache line of the destination in
+/// (a read for ownership) and then evicts warm lines to make room. On
+/// x86-64 a copy of a whole number of 64-byte lines to an aligned
+/// destination uses non-temporal stores, which write whole lines to memory
+/// without reading them first; 128 KiB sequential writes over NBD spent 16%
+/// of the connection's time in this copy (`perf record`, BENCHMARKS.md).
+/// The fence at the end orders the stores before the channel lock's
+/// release, so a reader that takes the lock next sees them.
+///
+/// # Safety
+///
+/// `dst` is valid for `src.len()` bytes of writes and does not overlap
+/// `src`.
+unsafe fn stream_copy(dst: *mut u8, src: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        let n = src.len();
+        if n >= 4096 && n % 64 == 0 && (dst as usize) % 16 == 0 {
+            let mut i = 0;
+            while i < n {
+                // SAFETY: `i + 64 <= n`; SSE2 is part of x86-64; `dst + i`
+                // is 16-byte aligned as `dst` is and `i` is a multiple of 64.
+                unsafe {
+                    let s = src.as_ptr().add(i) as *const __m128i;
+                    let d = dst.add(i) as *mut __m128i;
+                    let a = _mm_loadu_si128(s);
+                    let b = _mm_loadu_si128(s.add(1));
+                    let c = _mm_loadu_si128(s.add(2));
+                    let e = _mm_loadu_si128(s.add(3));
+                    _mm_stream_si128(d, a);
+                    _mm_stream_si128(d.add(1), b);
+                    _mm_stream_si128(d.add(2), c);
+                    _mm_stream_si128(d.add(3), e);
+                }
+                i += 64;
+            }
+            // SAFETY: SSE is part of x86-64.
+            unsafe { _mm_sfence() };
+            return;
+        }
+    }
+    // SAFETY: as the caller promises.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The streaming copy puts every byte where the plain one would, for
+    /// sizes on both sides of its threshold and its line multiple, aligned
+    /// and unaligned sources and destinations, and leaves the bytes around
+    /// the destination alone.
+    #[test]
+    fn stream_copy_copies_exactly() {
+        let src: Vec<u8> = (0..20_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for len in [0, 1, 63, 64, 4032, 4095, 4096, 4160, 8192, 12_288, 16_000] {
+            for (s_off, d_off) in [(0, 0), (3, 0), (0, 16), (5, 8), (1, 1)] {
+                let mut dst = vec![0xEEu8; len + 64];
+                let (lo, hi) = dst.split_at_mut(d_off);
+                // SAFETY: `hi` holds `len + 64 - d_off >= len` bytes and is
+                // a buffer of its own.
+                unsafe { stream_copy(hi.as_mut_ptr(), &src[s_off..s_off + len]) };
+                assert!(lo.iter().all(|&b| b == 0xEE), "before, len {len}");
+                assert_eq!(
+                    &hi[..len],
+                    &src[s_off..s_off + len],
+                    "len {len}, offsets {s_off} {d_off}"
+                );
+                assert!(hi[len..].iter().all(|&b| b == 0xEE), "after, len {len}");
+            }
+        }
+    }
 
     /// More buffers than one `pwritev` takes (`UIO_MAXIOV`), of uneven
     /// sizes, some empty: every byte lands where it belongs.
