@@ -242,9 +242,70 @@ const MAX_SLICES: usize = 1024;
 /// After a recall the loan's copy goes out, the same bytes (a TLS stream
 /// accepts its buffer moving between retries: the server's context sets
 /// `SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER`, see `tls.rs`).
+///
+/// A stream without vectored writes is a TLS session, which makes a record
+/// of each write: there, parts shorter than a record (reply headers, and
+/// the single pages a read of scattered flash pages is lent as) are first
+/// gathered into records of [`RECORD`] bytes. Each record costs a cipher
+/// setup and a tag on both sides; sent as they came, a 128 KiB read of
+/// scattered 4 KiB pages was 33 records instead of 9, and ran at 0.66x of
+/// nbdkit over TLS against 1.04x for the same read of contiguous pages.
 async fn write_parts<W: AsyncWrite + Unpin>(w: &mut W, out: &OutBuf) -> std::io::Result<()> {
     let parts = out.parts();
-    let vectored = w.is_write_vectored();
+    if w.is_write_vectored() {
+        return write_in_order(w, &parts, true).await;
+    }
+    let mut stage: Vec<u8> = Vec::new();
+    let mut i = 0;
+    while i < parts.len() {
+        // Parts from `i` on that are short: gathered; a long one: sent from
+        // where it is.
+        if parts[i].len() >= RECORD {
+            let j = (i..parts.len())
+                .find(|&j| parts[j].len() < RECORD)
+                .unwrap_or(parts.len());
+            write_in_order(w, &parts[i..j], false).await?;
+            i = j;
+            continue;
+        }
+        while i < parts.len() && parts[i].len() < RECORD {
+            // Whole records: a part may straddle two.
+            let mut from = 0;
+            while from < parts[i].len() {
+                let take = (RECORD - stage.len()).min(parts[i].len() - from);
+                match &parts[i] {
+                    Part::Bytes(b) => stage.extend_from_slice(&b[from..from + take]),
+                    // The loan is held for the copy only.
+                    Part::Lent(l) => stage.extend_from_slice(&l.bytes()[from..from + take]),
+                }
+                from += take;
+                if stage.len() == RECORD {
+                    w.write_all(&stage).await?;
+                    stage.clear();
+                }
+            }
+            i += 1;
+        }
+        if !stage.is_empty() {
+            w.write_all(&stage).await?;
+            stage.clear();
+        }
+    }
+    Ok(())
+}
+
+/// The largest TLS record's payload (RFC 8446, 5.1): what [`write_parts`]
+/// gathers short parts into.
+const RECORD: usize = 16 * 1024;
+
+/// Writes `parts` in order, each poll of the stream holding the loans it
+/// sends from (see [`write_parts`]): with vectored writes, or a part at a
+/// time.
+async fn write_in_order<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    parts: &[Part<'_>],
+    vectored: bool,
+) -> std::io::Result<()> {
     // The first part not wholly sent, and how much of it was.
     let (mut first, mut skip) = (0usize, 0usize);
     while first < parts.len() {
@@ -1442,6 +1503,8 @@ mod tests {
         got: Vec<u8>,
         max: usize,
         vectored: bool,
+        /// Bytes taken by each call.
+        calls: Vec<usize>,
     }
 
     impl AsyncWrite for Dribble {
@@ -1452,6 +1515,7 @@ mod tests {
         ) -> std::task::Poll<std::io::Result<usize>> {
             let n = buf.len().min(self.max);
             self.got.extend_from_slice(&buf[..n]);
+            self.calls.push(n);
             std::task::Poll::Ready(Ok(n))
         }
         fn poll_write_vectored(
@@ -1469,6 +1533,7 @@ mod tests {
                     break;
                 }
             }
+            self.calls.push(n);
             std::task::Poll::Ready(Ok(n))
         }
         fn is_write_vectored(&self) -> bool {
@@ -1632,6 +1697,7 @@ mod tests {
                 got: Vec::new(),
                 max,
                 vectored,
+                calls: Vec::new(),
             };
             write_parts(&mut w, &out).await.unwrap();
             assert_eq!(w.got, want, "max {max}, vectored {vectored}");
@@ -1640,5 +1706,51 @@ mod tests {
         assert_eq!(back.len(), 3);
         assert_eq!(out.queued(), 0);
         assert!(out.parts().is_empty());
+    }
+
+    /// On a stream without vectored writes (TLS: a record a write), short
+    /// parts (a reply header, the scattered pages a read is lent as) go out
+    /// gathered into whole records, a long part from where it is; the bytes
+    /// are the same either way.
+    #[tokio::test(flavor = "current_thread")]
+    async fn short_parts_go_out_in_whole_records_without_vectored_writes() {
+        let page = |i: u8| Loan::owned(vec![i; 4096].into_boxed_slice());
+        let mut out = OutBuf::new(64);
+        out.push(&[0xAA; 32]);
+        out.attach_payload(Payload::Lent((0..32).map(page).collect()));
+        out.push(&[0xBB; 16]);
+        out.attach_payload(Payload::Owned {
+            buf: vec![0xCC; 40_000],
+            len: 40_000,
+        });
+        out.push(&[0xDD; 16]);
+        let mut want = vec![0xAA; 32];
+        (0..32u8).for_each(|i| want.extend(std::iter::repeat_n(i, 4096)));
+        want.extend([0xBB; 16]);
+        want.extend(vec![0xCC; 40_000]);
+        want.extend([0xDD; 16]);
+        let mut w = Dribble {
+            got: Vec::new(),
+            max: usize::MAX,
+            vectored: false,
+            calls: Vec::new(),
+        };
+        write_parts(&mut w, &out).await.unwrap();
+        assert_eq!(w.got, want);
+        // The header and the 32 pages (131,104 bytes) in 8 full records;
+        // their last 32 bytes with the next header (the payload after it is
+        // long); the payload; the last header.
+        let mut calls = vec![RECORD; 8];
+        calls.extend([48, 40_000, 16]);
+        assert_eq!(w.calls, calls);
+        // A vectored stream takes the parts as they are, in one call.
+        let mut v = Dribble {
+            got: Vec::new(),
+            max: usize::MAX,
+            vectored: true,
+            calls: Vec::new(),
+        };
+        write_parts(&mut v, &out).await.unwrap();
+        assert_eq!((v.got == want, v.calls.len()), (true, 1));
     }
 }
