@@ -958,7 +958,7 @@ unsafe fn stream_copy(dst: *mut u8, src: &[u8]) {
     {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
         let n = src.len();
-        if n >= 4096 && n % 64 == 0 && (dst as usize) % 16 == 0 {
+        if n >= 4096 && n.is_multiple_of(64) && (dst as usize).is_multiple_of(16) {
             let mut i = 0;
             while i < n {
                 // SAFETY: `i + 64 <= n`; SSE2 is part of x86-64; `dst + i`
