@@ -1507,6 +1507,17 @@ mod tests {
         calls: Vec<usize>,
     }
 
+    impl Dribble {
+        fn new(max: usize, vectored: bool) -> Self {
+            Self {
+                got: Vec::new(),
+                max,
+                vectored,
+                calls: Vec::new(),
+            }
+        }
+    }
+
     impl AsyncWrite for Dribble {
         fn poll_write(
             mut self: std::pin::Pin<&mut Self>,
@@ -1693,12 +1704,7 @@ mod tests {
         assert_eq!(out.queued(), 5 + 9 + 5 + 4 + 2);
         let want = b"head1PAYLOAD-1head2tailP2".to_vec();
         for (max, vectored) in [(1, true), (3, true), (7, false), (1000, true)] {
-            let mut w = Dribble {
-                got: Vec::new(),
-                max,
-                vectored,
-                calls: Vec::new(),
-            };
+            let mut w = Dribble::new(max, vectored);
             write_parts(&mut w, &out).await.unwrap();
             assert_eq!(w.got, want, "max {max}, vectored {vectored}");
         }
@@ -1729,12 +1735,7 @@ mod tests {
         want.extend([0xBB; 16]);
         want.extend(vec![0xCC; 40_000]);
         want.extend([0xDD; 16]);
-        let mut w = Dribble {
-            got: Vec::new(),
-            max: usize::MAX,
-            vectored: false,
-            calls: Vec::new(),
-        };
+        let mut w = Dribble::new(usize::MAX, false);
         write_parts(&mut w, &out).await.unwrap();
         assert_eq!(w.got, want);
         // The header and the 32 pages (131,104 bytes) in 8 full records;
@@ -1744,12 +1745,7 @@ mod tests {
         calls.extend([48, 40_000, 16]);
         assert_eq!(w.calls, calls);
         // A vectored stream takes the parts as they are, in one call.
-        let mut v = Dribble {
-            got: Vec::new(),
-            max: usize::MAX,
-            vectored: true,
-            calls: Vec::new(),
-        };
+        let mut v = Dribble::new(usize::MAX, true);
         write_parts(&mut v, &out).await.unwrap();
         assert_eq!((v.got == want, v.calls.len()), (true, 1));
     }
