@@ -18,8 +18,11 @@
 //!   which an FTL rebuilds its mapping after a crash;
 //! * per-block erase counts (wear);
 //! * two backends: memory, and a sparse file that survives the process ([`Backend`]).
-//!   Both are memory mappings, so the data path is a `memcpy`; an erase punches a
-//!   hole, so erased data is gone from the file, not merely unmapped.
+//!   Both are memory mappings: a read is a `memcpy` out of the mapping (or a
+//!   loan of it); a program is a `pwrite` to the file, or on the memory backend
+//!   a copy with non-temporal stores into the mapping (programs write cold
+//!   pages). An erase punches a hole, so erased data is gone from the file,
+//!   not merely unmapped.
 
 pub mod crashrec;
 mod device;
