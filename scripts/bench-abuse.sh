@@ -16,12 +16,7 @@ cd "$(dirname "$0")/.."
 RUNTIME=${1:-5}
 REPS=${2:-3}
 . scripts/lib.sh
-if [ -n "${FLEXSSD_BIN:-}" ]; then
-  BIN=$(realpath "$FLEXSSD_BIN")
-else
-  scripts/build-deps.sh; cargo build --release -q -p flexssd
-  BIN=$PWD/target/release/flexssd
-fi
+pick_bin
 for t in fio curl python3 openssl; do command -v $t >/dev/null || { echo "bench-abuse: $t is missing (make test installs it)"; exit 1; }; done
 ulimit -n 8192
 
@@ -30,15 +25,7 @@ trap 'stop_daemon; [ -n "${APID:-}" ] && kill $APID 2>/dev/null; rm -rf "$WORK"'
 PKI=$WORK/pki
 make_pki "$PKI"
 export HOME=$PKI/home
-start_daemon "$WORK/fx" '
-mode = "fast"
-[[devices]]
-name = "ssd0"
-backend = "memory"
-prefault = true
-[[vssds]]
-name = "bench"
-channels = 8' "tls = \"require\"
+start_daemon "$WORK/fx" "$BENCH_VSSD" "tls = \"require\"
 tls_certificates = \"$PKI/srv\"
 handshake_timeout_ms = 3000
 max_connections = 4096"

@@ -61,13 +61,8 @@ fi
 for t in nbdfuse nbdkit nbdinfo losetup fusermount3 curl python3 $(printf 'mkfs.%s ' $FS); do
   command -v "$t" >/dev/null || { echo "bench-apps: $t is missing (make test installs it)"; exit 1; }
 done
-if [ -n "${FLEXSSD_BIN:-}" ]; then
-  BIN=$(realpath "$FLEXSSD_BIN")
-else
-  scripts/build-deps.sh; cargo build --release -q -p flexssd
-  BIN=$PWD/target/release/flexssd
-fi
 . scripts/lib.sh
+pick_bin
 
 WORK=$(mktemp -d /tmp/flexssd-bench-apps.XXXXXX)
 chmod 755 "$WORK"

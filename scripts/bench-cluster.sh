@@ -16,12 +16,7 @@ PLACEMENTS=${2:-10000}
 TTL=${3:-10}
 REPS=${4:-3}
 . scripts/lib.sh
-if [ -n "${FLEXSSD_BIN:-}" ]; then
-  BIN=$(realpath "$FLEXSSD_BIN")
-else
-  scripts/build-deps.sh; cargo build --release -q -p flexssd
-  BIN=$PWD/target/release/flexssd
-fi
+pick_bin
 command -v etcd >/dev/null || { echo "bench-cluster: etcd is missing (make test installs etcd-server)"; exit 1; }
 ulimit -n 65536 2>/dev/null || ulimit -n 8192
 

@@ -22,14 +22,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNTIME=${1:-5}
 REPS=${2:-3}
-if [ -n "${FLEXSSD_BIN:-}" ]; then
-  BIN=$(realpath "$FLEXSSD_BIN")
-else
-  scripts/build-deps.sh; cargo build --release -q -p flexssd
-  BIN=$PWD/target/release/flexssd
-fi
-BASE_BIN=${FLEXSSD_BASE_BIN:+$(realpath "$FLEXSSD_BASE_BIN")}
 . scripts/lib.sh
+pick_bin
+BASE_BIN=${FLEXSSD_BASE_BIN:+$(realpath "$FLEXSSD_BASE_BIN")}
 for t in fio nbdkit curl python3; do command -v $t >/dev/null || { echo "bench-flush: $t is missing (make test installs it)"; exit 1; }; done
 
 WORK=$(mktemp -d /tmp/flexssd-bench-flush.XXXXXX)

@@ -12,24 +12,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNTIME=${1:-4}
 REPS=${2:-3}
-if [ -n "${FLEXSSD_BIN:-}" ]; then
-  BIN=$(realpath "$FLEXSSD_BIN")
-else
-  scripts/build-deps.sh; cargo build --release -q -p flexssd
-  BIN=$PWD/target/release/flexssd
-fi
 . scripts/lib.sh
+pick_bin
 WORK=$(mktemp -d /tmp/flexssd-layout.XXXXXX)
 trap 'stop_daemon; [ -n "${KPID:-}" ] && kill $KPID 2>/dev/null; rm -rf "$WORK"' EXIT
-start_daemon "$WORK/fx" '
-mode = "fast"
-[[devices]]
-name = "ssd0"
-backend = "memory"
-prefault = true
-[[vssds]]
-name = "bench"
-channels = 8'
+start_daemon "$WORK/fx" "$BENCH_VSSD"
 FX="nbd+unix:///bench?socket=$SOCK"
 nbdkit -U "$WORK/k.sock" --pidfile "$WORK/k.pid" memory 2G
 for _ in $(seq 50); do [ -f "$WORK/k.pid" ] && break; sleep 0.1; done

@@ -21,13 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNTIME=${1:-4}
 REPS=${2:-2}
-if [ -n "${FLEXSSD_BIN:-}" ]; then
-  BIN=$(realpath "$FLEXSSD_BIN")
-else
-  scripts/build-deps.sh; cargo build --release -q -p flexssd
-  BIN=$PWD/target/release/flexssd
-fi
 . scripts/lib.sh
+pick_bin
 for t in fio nbdkit python3 taskset; do command -v $t >/dev/null || { echo "bench-qd1: $t is missing (make test installs it)"; exit 1; }; done
 case ${BACKEND:-file} in
   file|memory) ;;

@@ -4,34 +4,22 @@
 # `nbdkit --tls=require memory`, both with the same X.509 certificates and
 # AES-128-GCM, one after the other. fio writes sequentially at queue depth 32
 # for 8 s; `perf stat` counts the server's CPU time and system calls over 4 s
-# of it. Prints IOPS, CPU µs per request and the counts (BENCHMARKS.md, the
+# of it, and fio's own CPU over the same 4 s. Prints IOPS, CPU µs per
+# request, both CPU shares and the counts (BENCHMARKS.md, the
 # TLS section).
 #
 #   scripts/bench-tls-cost.sh            (FLEXSSD_BIN=PATH: this binary)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-if [ -n "${FLEXSSD_BIN:-}" ]; then
-  BIN=$(realpath "$FLEXSSD_BIN")
-else
-  scripts/build-deps.sh; cargo build --release -q -p flexssd
-  BIN=$PWD/target/release/flexssd
-fi
+pick_bin
 for t in fio nbdkit perf openssl python3; do command -v $t >/dev/null || { echo "bench-tls-cost: $t is missing"; exit 1; }; done
 WORK=$(mktemp -d /tmp/flexssd-tls-cost.XXXXXX)
 trap 'stop_daemon; [ -n "${KPID:-}" ] && kill $KPID 2>/dev/null; rm -rf "$WORK"' EXIT
 PKI=$WORK/pki
 make_pki "$PKI"
 export HOME=$PKI/home
-start_daemon "$WORK/fx" '
-mode = "fast"
-[[devices]]
-name = "ssd0"
-backend = "memory"
-prefault = true
-[[vssds]]
-name = "bench"
-channels = 8' "tls = \"require\"
+start_daemon "$WORK/fx" "$BENCH_VSSD" "tls = \"require\"
 tls_certificates = \"$PKI/srv\""
 FX="nbds+unix:///bench?socket=$SOCK&tls-hostname=localhost"
 printf '[overrides]\ntls-disabled-cipher = AES-256-GCM\ntls-disabled-cipher = CHACHA20-POLY1305\n' > "$WORK/gnutls.cfg"
@@ -41,7 +29,7 @@ for _ in $(seq 50); do [ -f "$WORK/k.pid" ] && break; sleep 0.1; done
 KPID=$(cat "$WORK/k.pid")
 NK="nbds+unix:///?socket=$WORK/k.sock&tls-hostname=localhost"
 EVENTS='task-clock,context-switches,syscalls:sys_enter_recvfrom,syscalls:sys_enter_sendto,syscalls:sys_enter_sendmsg,syscalls:sys_enter_epoll_wait'
-printf '| server | IOPS | CPU µs per request | recvfrom | sendto + sendmsg | epoll_wait | context switches |\n|---|---:|---:|---:|---:|---:|---:|\n'
+printf '| server | IOPS | CPU µs per request | server CPU %% | fio CPU %% | recvfrom | sendto + sendmsg | epoll_wait | context switches |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 for s in "flexssd $DAEMON_PID $FX" "nbdkit $KPID $NK"; do
   read -r name pid uri <<<"$s"
   fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=1M --iodepth=8 --size=1G >/dev/null
@@ -49,11 +37,15 @@ for s in "flexssd $DAEMON_PID $FX" "nbdkit $KPID $NK"; do
     --size=1G --time_based --runtime=8 &
   F=$!
   sleep 2
+  # fio's own CPU over the same 4 s (user + system ticks), beside the server's.
+  FIO=$(pgrep -n -x fio)
+  t0=$(awk '{print $14 + $15}' "/proc/$FIO/stat")
   perf stat -x, -e "$EVENTS" -p "$pid" -- sleep 4 2> "$WORK/$name.stat" >/dev/null
+  t1=$(awk '{print $14 + $15}' "/proc/$FIO/stat")
   wait "$F"
-  python3 - "$name" "$WORK/$name.json" "$WORK/$name.stat" <<'PY'
+  python3 - "$name" "$WORK/$name.json" "$WORK/$name.stat" "$((t1 - t0))" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
-name, fj, st = sys.argv[1:]
+name, fj, st, fio_ticks, hz = sys.argv[1:]
 iops = sum(j["write"]["iops"] for j in json.load(open(fj))["jobs"])
 c = {}
 for line in open(st):
@@ -63,6 +55,7 @@ for line in open(st):
 ms = c.get("task-clock", 0.0)  # milliseconds of CPU over the 4 s
 per = ms * 1000 / (iops * 4) if iops else 0
 g = lambda k: int(c.get("syscalls:sys_enter_" + k, 0))
-print(f"| {name} | {iops:,.0f} | {per:.0f} | {g('recvfrom'):,} | {g('sendto') + g('sendmsg'):,} | {g('epoll_wait'):,} | {int(c.get('context-switches', 0)):,} |")
+fio_pct = int(fio_ticks) / int(hz) / 4 * 100
+print(f"| {name} | {iops:,.0f} | {per:.0f} | {ms / 40:.0f} | {fio_pct:.0f} | {g('recvfrom'):,} | {g('sendto') + g('sendmsg'):,} | {g('epoll_wait'):,} | {int(c.get('context-switches', 0)):,} |")
 PY
 done

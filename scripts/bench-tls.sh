@@ -23,12 +23,7 @@ cd "$(dirname "$0")/.."
 RUNTIME=${1:-5}
 REPS=${2:-3}
 . scripts/lib.sh
-if [ -n "${FLEXSSD_BIN:-}" ]; then
-  BIN=$(realpath "$FLEXSSD_BIN")
-else
-  scripts/build-deps.sh; cargo build --release -q -p flexssd
-  BIN=$PWD/target/release/flexssd
-fi
+pick_bin
 for t in fio nbdkit curl python3 openssl; do command -v $t >/dev/null || { echo "bench-tls: $t is missing (make test installs it)"; exit 1; }; done
 
 WORK=$(mktemp -d /tmp/flexssd-bench-tls.XXXXXX)
@@ -45,15 +40,7 @@ export HOME=$PKI/home
 # tls-certificates URI parameter libnbd verifies the server from its default
 # directory but presents no client certificate, so fio's connections carry no
 # tenant identity (as against nbdkit without --tls-verify-peer).
-FX_CONFIG='
-mode = "fast"
-[[devices]]
-name = "ssd0"
-backend = "memory"
-prefault = true
-[[vssds]]
-name = "bench"
-channels = 8'
+FX_CONFIG="$BENCH_VSSD"
 start_daemon "$WORK/fx" "$FX_CONFIG" "tls = \"require\"
 tls_certificates = \"$PKI/srv\""
 FX="nbds+unix:///bench?socket=$SOCK&tls-hostname=localhost"

@@ -201,3 +201,26 @@ until_not_aborted() {
   done
   return $rc
 }
+
+# BIN: the flexssd binary FLEXSSD_BIN names, or else this tree's release
+# build (the build's packages installed first, as make run does).
+pick_bin() {
+  if [ -n "${FLEXSSD_BIN:-}" ]; then
+    BIN=$(realpath "$FLEXSSD_BIN")
+  else
+    scripts/build-deps.sh; cargo build --release -q -p flexssd
+    BIN=$PWD/target/release/flexssd
+  fi
+}
+
+# The benchmarks' flexssd: fast mode, the default device on the memory
+# backend (prefaulted), and one vSSD "bench" on 8 of its 16 channels.
+BENCH_VSSD='
+mode = "fast"
+[[devices]]
+name = "ssd0"
+backend = "memory"
+prefault = true
+[[vssds]]
+name = "bench"
+channels = 8'
