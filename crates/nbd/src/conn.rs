@@ -245,17 +245,17 @@ const MAX_SLICES: usize = 1024;
 ///
 /// A stream without vectored writes is a TLS session, which makes a record
 /// of each write: there, parts shorter than a record (reply headers, and
-/// the single pages a read of scattered flash pages is lent as) are first
+/// the single pages a vSSD striped page by page lends a read as) are first
 /// gathered into records of [`RECORD`] bytes. Each record costs a cipher
-/// setup and a tag on both sides; sent as they came, a 128 KiB read of
-/// scattered 4 KiB pages was 33 records instead of 9, and ran at 0.66x of
-/// nbdkit over TLS against 1.04x for the same read of contiguous pages.
+/// setup and a tag on both sides; sent as they came, a 128 KiB read was 33
+/// records instead of 9, and reads of pages scattered by random writes ran
+/// at 0.65x of nbdkit over TLS (0.83x gathered; BENCHMARKS.md).
 async fn write_parts<W: AsyncWrite + Unpin>(w: &mut W, out: &OutBuf) -> std::io::Result<()> {
     let parts = out.parts();
     if w.is_write_vectored() {
         return write_in_order(w, &parts, true).await;
     }
-    let mut stage: Vec<u8> = Vec::new();
+    let mut stage: Vec<u8> = Vec::with_capacity(RECORD);
     let mut i = 0;
     while i < parts.len() {
         // Parts from `i` on that are short: gathered; a long one: sent from
