@@ -22,12 +22,7 @@ export HOME=$PKI/home
 start_daemon "$WORK/fx" "$BENCH_VSSD" "tls = \"require\"
 tls_certificates = \"$PKI/srv\""
 FX="nbds+unix:///bench?socket=$SOCK&tls-hostname=localhost"
-printf '[overrides]\ntls-disabled-cipher = AES-256-GCM\ntls-disabled-cipher = CHACHA20-POLY1305\n' > "$WORK/gnutls.cfg"
-GNUTLS_SYSTEM_PRIORITY_FILE="$WORK/gnutls.cfg" \
-  nbdkit -U "$WORK/k.sock" --pidfile "$WORK/k.pid" --tls=require --tls-certificates="$PKI/srv" memory 2G
-for _ in $(seq 50); do [ -f "$WORK/k.pid" ] && break; sleep 0.1; done
-KPID=$(cat "$WORK/k.pid")
-NK="nbds+unix:///?socket=$WORK/k.sock&tls-hostname=localhost"
+start_nbdkit_tls "$WORK" "$PKI"
 EVENTS='task-clock,context-switches,syscalls:sys_enter_recvfrom,syscalls:sys_enter_sendto,syscalls:sys_enter_sendmsg,syscalls:sys_enter_epoll_wait'
 printf '| server | IOPS | CPU µs per request | server CPU %% | fio CPU %% | recvfrom | sendto + sendmsg | epoll_wait | context switches |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 for s in "flexssd $DAEMON_PID $FX" "nbdkit $KPID $NK"; do

@@ -44,16 +44,7 @@ FX_CONFIG="$BENCH_VSSD"
 start_daemon "$WORK/fx" "$FX_CONFIG" "tls = \"require\"
 tls_certificates = \"$PKI/srv\""
 FX="nbds+unix:///bench?socket=$SOCK&tls-hostname=localhost"
-# The same cipher on both: flexssd offers TLS 1.3's SHA-256 suites and prefers
-# AES-128-GCM; nbdkit (GnuTLS, no priority flag) would pick AES-256-GCM, so its
-# GnuTLS gets a system priority file that takes AES-256-GCM and ChaCha20 away.
-# Both sessions then run AES-128-GCM.
-printf '[overrides]\ntls-disabled-cipher = AES-256-GCM\ntls-disabled-cipher = CHACHA20-POLY1305\n' > "$WORK/gnutls.cfg"
-GNUTLS_SYSTEM_PRIORITY_FILE="$WORK/gnutls.cfg" \
-  nbdkit -U "$WORK/k.sock" --pidfile "$WORK/k.pid" --tls=require --tls-certificates="$PKI/srv" memory 2G
-for _ in $(seq 50); do [ -f "$WORK/k.pid" ] && break; sleep 0.1; done
-KPID=$(cat "$WORK/k.pid")
-NK="nbds+unix:///?socket=$WORK/k.sock&tls-hostname=localhost"
+start_nbdkit_tls "$WORK" "$PKI"
 
 rows=(
   "4k randread qd32|--rw=randread --bs=4k --iodepth=32"

@@ -224,3 +224,19 @@ prefault = true
 [[vssds]]
 name = "bench"
 channels = 8'
+
+# `nbdkit --tls=require memory 2G` on DIR/k.sock with the server certificate
+# of PKI (see make_pki); sets KPID and NK, its URI. The same cipher as
+# flexssd: flexssd offers TLS 1.3's SHA-256 suites and prefers AES-128-GCM;
+# nbdkit (GnuTLS, no priority flag) would pick AES-256-GCM, so its GnuTLS
+# gets a system priority file that takes AES-256-GCM and ChaCha20 away.
+# Both sessions then run AES-128-GCM.
+start_nbdkit_tls() {
+  local dir=$1 pki=$2
+  printf '[overrides]\ntls-disabled-cipher = AES-256-GCM\ntls-disabled-cipher = CHACHA20-POLY1305\n' > "$dir/gnutls.cfg"
+  GNUTLS_SYSTEM_PRIORITY_FILE="$dir/gnutls.cfg" \
+    nbdkit -U "$dir/k.sock" --pidfile "$dir/k.pid" --tls=require --tls-certificates="$pki/srv" memory 2G
+  for _ in $(seq 50); do [ -f "$dir/k.pid" ] && break; sleep 0.1; done
+  KPID=$(cat "$dir/k.pid")
+  NK="nbds+unix:///?socket=$dir/k.sock&tls-hostname=localhost"
+}
