@@ -257,6 +257,24 @@ pub struct RunArgs {
     /// Stop on its own after this many seconds (for scripts).
     #[arg(long)]
     pub duration_s: Option<f64>,
+    /// Each disk's SLA with the daemon's scheduler, as JSON: for example
+    /// `{"curve": [[0, 25600], [25600, 0]]}` holds a disk to 100 MiB/s of reads
+    /// and writes together (the curve is in 4 KiB operations per second), like a
+    /// hard disk. Default: unlimited.
+    #[arg(long, value_name = "JSON", value_parser = disk_sla_arg)]
+    pub disk_sla: Option<sched::TenantSla>,
+}
+
+/// Parses `--disk-sla`: a [`sched::TenantSla`] in JSON, with a curve (a disk
+/// without one would not be held to anything).
+fn disk_sla_arg(s: &str) -> std::result::Result<sched::TenantSla, String> {
+    let sla: sched::TenantSla = serde_json::from_str(s).map_err(|e| {
+        format!("not an SLA ({e}); expected JSON like {{\"curve\": [[0, 25600], [25600, 0]]}}")
+    })?;
+    if sla.curve.is_none() {
+        return Err("the SLA has no \"curve\": it would not limit the disks".into());
+    }
+    Ok(sla)
 }
 
 /// The status file.
@@ -397,9 +415,13 @@ fn run_volume(r: &RunArgs, api_url: &str) -> Result<()> {
     let dir = state_dir(Some(&r.mount), r.state.as_deref())?;
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let _ = std::fs::remove_file(dir.join("request"));
-    let backend = if r.sparse {
+    let backend = if r.sparse && r.disk_sla.is_some() {
+        bail!("--disk-sla needs vSSDs (the daemon's scheduler holds them to it), not --sparse");
+    } else if r.sparse {
         eprintln!("elastic: disks are sparse files on loop devices (--sparse), not vSSDs");
         Backend::Sparse
+    } else if let (Some(why), Some(_)) = (btrfs::vssd_unavailable(), &r.disk_sla) {
+        bail!("--disk-sla needs vSSDs, and {why}");
     } else if let Some(why) = btrfs::vssd_unavailable() {
         eprintln!("elastic: {why}; falling back to sparse files on loop devices instead of vSSDs");
         Backend::Sparse
@@ -411,6 +433,7 @@ fn run_volume(r: &RunArgs, api_url: &str) -> Result<()> {
         Backend::Vssd {
             client,
             socket: info.nbd_socket,
+            sla: r.disk_sla.clone(),
         }
     };
     // SAFETY: installing a handler that only stores to an atomic.
@@ -571,4 +594,26 @@ fn status(
             log: all,
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_sla_takes_a_curve_and_names_what_is_wrong() {
+        let sla = disk_sla_arg(r#"{"curve": [[0, 25600], [25600, 0]]}"#).unwrap();
+        let c = sla.curve.unwrap();
+        assert_eq!(c.w_max(), 25600.0);
+        assert_eq!(c.points()[0], (0.0, 25600.0));
+        assert!(!sla.burst);
+        let e = disk_sla_arg(r#"{"weight": 2}"#).unwrap_err();
+        assert!(e.contains("no \"curve\""), "{e}");
+        let e = disk_sla_arg(r#"{"curve": [[0, 1]], "speed": 3}"#).unwrap_err();
+        assert!(e.contains("speed") && e.contains("not an SLA"), "{e}");
+        let e = disk_sla_arg("[[0, 25600]]").unwrap_err();
+        assert!(e.contains("not an SLA"), "{e}");
+        let e = disk_sla_arg(r#"{"curve": [[0, -1]]}"#).unwrap_err();
+        assert!(e.contains("not an SLA"), "{e}");
+    }
 }

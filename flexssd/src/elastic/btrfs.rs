@@ -28,6 +28,10 @@ pub enum Backend {
         client: Client,
         /// The daemon's NBD unix socket.
         socket: String,
+        /// Each disk's SLA with the daemon's scheduler (Regulator's curve), so
+        /// that a disk runs at a chosen speed: an experiment can give the disks
+        /// the throughput of the paper's (`--disk-sla`). `None`: unlimited.
+        sla: Option<sched::TenantSla>,
     },
     /// Sparse files in a directory (fallback without nbdfuse or a daemon).
     Sparse,
@@ -213,8 +217,12 @@ impl BtrfsVolume {
             base: (0, 0),
         };
         match &self.backend {
-            Backend::Vssd { client, socket } => {
-                create_vssd(client, &name, bytes)?;
+            Backend::Vssd {
+                client,
+                socket,
+                sla,
+            } => {
+                create_vssd(client, &name, bytes, sla.as_ref())?;
                 let fuse_dir = self.work.join(format!("fuse-{name}"));
                 std::fs::create_dir_all(&fuse_dir)?;
                 let pid = self.work.join(format!("nbdfuse-{name}.pid"));
@@ -632,18 +640,37 @@ impl Drop for BtrfsVolume {
     }
 }
 
-/// Creates a vSSD of exactly `bytes`: on 1, 2, 4, ... channels until the placement
-/// can hold that capacity.
-fn create_vssd(client: &Client, name: &str, bytes: u64) -> Result<()> {
+/// Creates a vSSD of exactly `bytes`, with `sla` if given: on 1, 2, 4, ...
+/// channels until the placement can hold that capacity.
+fn create_vssd(
+    client: &Client,
+    name: &str,
+    bytes: u64,
+    sla: Option<&sched::TenantSla>,
+) -> Result<()> {
     let mut channels = 1u32;
     loop {
-        let spec = serde_json::json!({ "name": name, "channels": channels, "capacity": bytes });
+        let spec = vssd_spec(name, channels, bytes, sla);
         match client.post::<_, serde_json::Value>("/v1/vssds", &spec) {
             Ok(_) => return Ok(()),
             Err(e) if e.to_string().contains("more than the") && channels < 64 => channels *= 2,
             Err(e) => return Err(e.context(format!("create vSSD {name} of {bytes} bytes"))),
         }
     }
+}
+
+/// The body of `POST /v1/vssds` for one disk.
+fn vssd_spec(
+    name: &str,
+    channels: u32,
+    bytes: u64,
+    sla: Option<&sched::TenantSla>,
+) -> serde_json::Value {
+    let mut spec = serde_json::json!({ "name": name, "channels": channels, "capacity": bytes });
+    if let Some(sla) = sla {
+        spec["sla"] = serde_json::to_value(sla).expect("an SLA serialises");
+    }
+    spec
 }
 
 /// The `size` and `used` (allocated) bytes of `dev` in `btrfs filesystem show
@@ -704,6 +731,22 @@ impl Volume for BtrfsVolume {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_disk_carries_its_sla_to_the_daemon() {
+        let plain = vssd_spec("el-1", 2, 1 << 29, None);
+        assert_eq!(
+            plain,
+            serde_json::json!({"name": "el-1", "channels": 2, "capacity": 1u64 << 29})
+        );
+        let sla: sched::TenantSla =
+            serde_json::from_str(r#"{"curve": [[0, 25600], [25600, 0]]}"#).unwrap();
+        let spec = vssd_spec("el-1", 1, 4096, Some(&sla));
+        assert_eq!(spec["sla"]["curve"], serde_json::json!([[0.0, 25600.0], [25600.0, 0.0]]));
+        // what the daemon will parse it back into
+        let back: control::VssdSpec = serde_json::from_value(spec).unwrap();
+        assert_eq!(back.sla, Some(sla));
+    }
 
     #[test]
     fn parses_the_allocation_of_one_device() {
