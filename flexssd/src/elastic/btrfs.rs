@@ -421,49 +421,68 @@ impl BtrfsVolume {
         let t0 = self.clock.now();
         // Which disk: the largest whose chunks fit in the others' unallocated
         // space, the least filled first (`elastic::removal_order`); if btrfs
-        // refuses it, the next. What btrfs must copy off a disk is its
+        // refuses it, the next; if none fits, or btrfs refuses all that do,
+        // the data block groups are compacted (`compact`) and the removal
+        // tried once more. What btrfs must copy off a disk is its
         // allocation there: the device counters' growth over the removal, up to
         // that, is relocation, not the application's writes (issue 16).
-        let candidates: Vec<(usize, u64)> = match self.allocations() {
-            Ok(mut pool) => {
-                let mut order = elastic::removal_order(&pool, 0);
-                if order.is_empty() {
-                    (pool, order) = self.compact(pool)?;
-                }
-                if order.is_empty() {
-                    bail!(
-                        "no disk can be removed: none of {} fits in the others' unallocated space, \
-                         even after compacting the data block groups (size, allocated per disk: {})",
-                        self.disks.len(),
-                        pool.iter()
-                            .map(|(s, a)| format!("{} MiB, {} MiB", s >> 20, a >> 20))
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    );
-                }
-                order.into_iter().map(|i| (i, pool[i].1)).collect()
-            }
+        let mut pool = match self.allocations() {
+            Ok(pool) => pool,
             Err(e) => {
                 // Without it, the last disk, and the whole window taken as
                 // relocation: the controller is blocked meanwhile, and new data
                 // still shows in `used`.
                 eprintln!("elastic: {e:#}; removing the last disk, counting all I/O during the removal as relocation");
-                vec![(self.disks.len() - 1, u64::MAX)]
+                return self.remove_one(self.disks.len() - 1, u64::MAX, t0);
             }
         };
         let mut refused = Vec::new();
-        for (i, moved) in candidates {
-            match self.remove_one(i, moved, t0) {
-                Ok(size) => return Ok(size),
-                Err(e) => refused.push(format!("{e:#}")),
+        let mut compacted = false;
+        loop {
+            let mut order = elastic::removal_order(&pool, 0);
+            if order.is_empty() && !compacted {
+                (pool, order) = self.compact(pool, false)?;
+                compacted = true;
             }
+            if order.is_empty() {
+                bail!(
+                    "no disk can be removed: none of {} fits in the others' unallocated space, \
+                     even after compacting the data block groups (size, allocated per disk: {}){}",
+                    self.disks.len(),
+                    pool.iter()
+                        .map(|(s, a)| format!("{} MiB, {} MiB", s >> 20, a >> 20))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    if refused.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; before compacting: {}", refused.join("; "))
+                    }
+                );
+            }
+            for i in order {
+                match self.remove_one(i, pool[i].1, t0) {
+                    Ok(size) => return Ok(size),
+                    Err(e) => refused.push(format!("{e:#}")),
+                }
+            }
+            if compacted {
+                bail!("no disk could be removed: {}", refused.join("; "));
+            }
+            // btrfs refused every disk that fits on paper (ENOSPC: a removal
+            // also moves metadata, mirrored within one disk, and needs room
+            // for a whole new chunk on one of the others): compact, every
+            // pass, for more unallocated room on each disk, then try again.
+            let now = self.allocations()?;
+            (pool, _) = self.compact(now, true)?;
+            compacted = true;
         }
-        bail!("no disk could be removed: {}", refused.join("; "))
     }
 
     /// Compacts the data block groups until a disk fits in the others'
-    /// unallocated space, or [`COMPACT_USAGE`] is exhausted; returns the pool's
-    /// allocation and removal order after it.
+    /// unallocated space (with `all_passes`, through every pass), or
+    /// [`COMPACT_USAGE`] is exhausted; returns the pool's allocation and
+    /// removal order after it.
     ///
     /// Why: after a burst of writes and deletes btrfs keeps block groups
     /// allocated on every disk, each partly empty. In issue 16's runs at the
@@ -475,7 +494,11 @@ impl BtrfsVolume {
     /// frees the rest; the least-filled go first, as they cost the least to
     /// move. Its writes are relocation, counted as such (not application
     /// writes), as a removal's are.
-    fn compact(&mut self, mut pool: Vec<(u64, u64)>) -> Result<(Vec<(u64, u64)>, Vec<usize>)> {
+    fn compact(
+        &mut self,
+        mut pool: Vec<(u64, u64)>,
+        all_passes: bool,
+    ) -> Result<(Vec<(u64, u64)>, Vec<usize>)> {
         let mnt = self.mount.to_string_lossy().to_string();
         for usage in COMPACT_USAGE {
             let before = self.bracket(false);
@@ -499,12 +522,12 @@ impl BtrfsVolume {
                     Err(e) => format!(" (btrfs: {e:#})"),
                 }
             ));
-            let order = elastic::removal_order(&pool, 0);
-            if !order.is_empty() {
-                return Ok((pool, order));
+            if !all_passes && !elastic::removal_order(&pool, 0).is_empty() {
+                break;
             }
         }
-        Ok((pool, vec![]))
+        let order = elastic::removal_order(&pool, 0);
+        Ok((pool, order))
     }
 
     /// Removes disk `i` (btrfs moves its `moved` bytes off it first); on
