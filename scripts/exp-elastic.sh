@@ -197,9 +197,12 @@ done
 fi
 if [ -n "$TAG" ]; then
   step "figure of the disk${DISK_MIBPS} runs"
-  python3 - "$OUT" "$TAG" $POLICIES > "$WORK/fig.csv" <<'PY'
-import csv, sys
-out, tag, pols = sys.argv[1], sys.argv[2], sys.argv[3:]
+  # every policy's run 1 at this speed, those of earlier invocations too
+  python3 - "$OUT" "$TAG" > "$WORK/fig.csv" <<'PY'
+import csv, os, sys
+out, tag = sys.argv[1], sys.argv[2]
+pols = [p for p in ("prealloc", "reactive-add", "reactive-addrm", "predictive-paper", "predictive-estimated",
+                    "predictive-probe", "predictive") if os.path.exists(f"{out}/elastic-series{tag}-{p}.csv")]
 print("t_s,series,gib")
 for p in pols:
     rows = list(csv.DictReader(open(f"{out}/elastic-series{tag}-{p}.csv")))
@@ -397,7 +400,7 @@ if "predictive" in POL and "reactive-addrm" in POL:
         fp, fa, fb = full_pick("predictive"), full_pick("reactive-addrm"), full_pick("prealloc")
         if fp and fa and fb:
             claims.append(f"- Over the paper's whole duration (400 s, 100 s here: `elastic-runs-100s.csv`, "
-                          f"`RUN_S=100`): predictive {fp[1]:.4f} GiB·h at {fp[0]} MiB, reactive-addrm {fa[1]:.4f} at "
+                          f"`RUN_S=100`, runs from before 2aa95c7, when removals did not compact): predictive {fp[1]:.4f} GiB·h at {fp[0]} MiB, reactive-addrm {fa[1]:.4f} at "
                           f"{fa[0]} MiB, prealloc {fb[1]:.4f}: predictive {word(100 * (1 - fp[1] / fa[1]))} than "
                           f"reactive-addrm (paper 33% less) and {word(100 * (1 - fp[1] / fb[1]))} than prealloc "
                           "(paper 66% less). The 20 s more hold each policy's final allocation: reactive-addrm "
@@ -422,7 +425,7 @@ if "predictive" in POL and "reactive-addrm" in POL:
         if base and len(ratio["predictive"]) > 1:
             parts = [f"{p} {100 * (S.median(r) - 1):+.1f}% (rounds {100 * (r[0] - 1):+.0f}% to {100 * (r[-1] - 1):+.0f}%)"
                      for p, r in ratio.items() if r]
-            claims.append(f"- Overhead with the policies alternated run by run (`elastic-overhead.csv`, `ALTERNATE=1`, "
+            claims.append(f"- Overhead with the policies alternated run by run (`elastic-overhead.csv`, `ALTERNATE=1`, runs from before removals compacted, "
                           f"{len(base)} rounds; each run against prealloc's in the same round, median): "
                           + ", ".join(parts) + f"; prealloc {min(base.values()):.1f}–{max(base.values()):.1f} s "
                           "(paper: under 2%).")
@@ -560,7 +563,7 @@ for f in sorted(glob.glob(f"{OUT}/elastic-runs-disk*.csv")):
       "curve `[[0, N], [N, 0]]` in 4 KiB operations per second). The paper's disks were raw files on one local hard "
       "disk of its testbed (§IV-A), about this speed; scaling space and time by 1/4 keeps the paper's rates only if "
       "the disks keep its speed, and the unlimited vSSDs above write 3-4 times faster, so there the benchmark is over "
-      f"in about 5 s of an 80 s run. Each disk has its own limit (the paper's shared one hard disk), and the files "
+      f"in about 5 s of an 80 s run. Each disk has its own limit (the paper's disks shared one hard disk, so here a volume of several disks has more bandwidth than prealloc's one disk, and completion times are not comparable), and the files "
       "read back are mostly in the page cache, as in the paper's 8 GB VM. Runs of 100 s, the paper's 400 s scaled. "
       f"All runs: `elastic-runs-disk{n}.csv`; run 1's series: `elastic-series-disk{n}-<policy>.csv`.")
     P("")
@@ -587,21 +590,45 @@ for f in sorted(glob.glob(f"{OUT}/elastic-runs-disk*.csv")):
           f"reserves {dsel['predictive'][0]} MiB against reactive-addrm's {dsel['reactive-addrm'][0]} MiB "
           "(paper: 0 against 512 MiB at our scale)."
           + ("" if ra >= 33 and la >= 66 else " **Still behind the paper**" + (" on the reduction against prealloc." if ra >= 33 else ".")))
+    # where the rest goes: run 1's waste while RD holds the predictive policy back
+    # (from the first fall of used space to its first removal) and after it
+    sp, sr = f"{OUT}/elastic-series-disk{n}-predictive.csv", f"{OUT}/elastic-series-disk{n}-reactive-addrm.csv"
+    if os.path.exists(sp) and os.path.exists(sr):
+        def phases(f):
+            rows = [(float(x["t_s"]), int(x["used"]), int(x["allocated"]), x["action"]) for x in csv.DictReader(open(f))]
+            peak = max(range(len(rows)), key=lambda i: rows[i][1])
+            fall = next((i for i in range(peak, len(rows)) if rows[i][1] < rows[peak][1]), len(rows) - 1)
+            rm = next((i for i in range(fall, len(rows)) if rows[i][3] == "remove"), len(rows) - 1)
+            w = lambda a, b: sum((rows[i + 1][0] - rows[i][0]) * max(rows[i][2] - rows[i][1], 0) for i in range(a, b)) / 2**30 / 3600
+            return w(0, fall), w(fall, rm), w(rm, len(rows) - 1), rows[rm][0] - rows[fall][0], rows[-1][2] >> 20
+        pw_, pd_, pa_, pt_, pf_ = phases(sp)
+        rw_, rd_, ra_, rt_, rf_ = phases(sr)
+        P("")
+        P(f"Where the rest goes (run 1, GiB·h): predictive {pw_:.4f} while writing, {pd_:.4f} in the {pt_:.1f} s from the "
+          f"first fall of used space to its first removal (RD, the paper's 60 s / 4, counted from the last 'uncertain' "
+          f"probe, with the disks the writes needed still attached), {pa_:.4f} after, ending at {pf_} MiB; reactive-addrm "
+          f"{rw_:.4f}, {rd_:.4f} ({rt_:.1f} s) and {ra_:.4f}, ending at {rf_} MiB (its reserve keeps an increment the "
+          "predictive policy sheds). The paper's predictive policy gains on reactive-addrm after the writes; ours does, "
+          "by the final allocation, but gives most of it back while RD runs.")
     bc = f"{OUT}/elastic-runs-disk{n}-before-compaction.csv"
     if os.path.exists(bc) and "predictive" in dsel:
         # the same runs before a removal could compact (commit f60f492)
         br = [x for x in csv.DictReader(open(bc)) if x["app_errors"] == "0"]
+        parts = []
         for p in ("predictive", "reactive-addrm"):
             b = [x for x in br if x["policy"] == p]
             if b and p in dsel:
-                P("")
-                P(f"Before a removal could compact (`{os.path.basename(bc)}`, commit f60f492, {len(b)} runs at "
-                  f"{b[0]['reserve_mib']} MiB): {p} wasted {S.mean(float(x['waste_gbh']) for x in b):.4f} GiB·h "
-                  f"with {S.mean(int(x['removes']) for x in b):.1f} removes a run, against {dm(p, 'waste_gbh'):.4f} "
-                  f"and {dm(p, 'removes'):.1f} now. Then, after its first removals, every probe found four 512 MiB "
-                  "disks with 480-511 MiB allocated each for 646 MiB of data (block groups left partly empty by the "
-                  "deletes), no disk fitting in the others' unallocated space, and the volume kept two disks more "
-                  "than its data needed to the end of the run.")
+                parts.append(f"{p} wasted {S.mean(float(x['waste_gbh']) for x in b):.4f} GiB·h at {b[0]['reserve_mib']} MiB "
+                             f"with {S.mean(int(x['removes']) for x in b):.1f} removes a run ({len(b)} runs), against "
+                             f"{dm(p, 'waste_gbh'):.4f} and {dm(p, 'removes'):.1f} now")
+        if parts:
+            P("")
+            P(f"Before a removal could compact (`{os.path.basename(bc)}`, commit f60f492): " + "; ".join(parts) + ". "
+              "Then predictive, after its first removals, found at every probe four 512 MiB disks with 480-511 MiB "
+              "allocated each for 646 MiB of data (block groups left partly empty by the deletes), no disk fitting in "
+              "the others' unallocated space, and kept two disks more than its data needed to the end of the run; "
+              "reactive-addrm's 256 MiB first disk fitted on paper, but btrfs refused to remove it (ENOSPC) at every "
+              "probe, and nothing else was tried.")
     if os.path.exists(f"{OUT}/elastic-fig2b-disk{n}.svg"):
         P("")
         P(f"![disks at {n} MiB/s: used, expected and allocated over time](elastic-fig2b-disk{n}.svg)")
