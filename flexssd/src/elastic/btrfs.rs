@@ -819,7 +819,10 @@ mod tests {
         let sla: sched::TenantSla =
             serde_json::from_str(r#"{"curve": [[0, 25600], [25600, 0]]}"#).unwrap();
         let spec = vssd_spec("el-1", 1, 4096, Some(&sla));
-        assert_eq!(spec["sla"]["curve"], serde_json::json!([[0.0, 25600.0], [25600.0, 0.0]]));
+        assert_eq!(
+            spec["sla"]["curve"],
+            serde_json::json!([[0.0, 25600.0], [25600.0, 0.0]])
+        );
         // what the daemon will parse it back into
         let back: control::VssdSpec = serde_json::from_value(spec).unwrap();
         assert_eq!(back.sla, Some(sla));
@@ -960,7 +963,11 @@ mod tests {
             );
         }
         let seen = after.written - before.written;
-        assert!(seen < 8 * M, "{} MiB of relocation counted as written", seen >> 20);
+        assert!(
+            seen < 8 * M,
+            "{} MiB of relocation counted as written",
+            seen >> 20
+        );
         assert!(after.relocated - before.relocated >= 64 * M, "{after:?}");
         v.teardown().unwrap();
     }
