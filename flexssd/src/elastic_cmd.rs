@@ -203,7 +203,7 @@ pub struct ElasticArgs {
 #[derive(Debug, Subcommand)]
 pub enum ElasticCmd {
     /// Create a btrfs volume at --mount and grow/shrink it until Ctrl-C/SIGTERM.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Show a running (or finished) controller's status.
     Status(StateArgs),
     /// Ask the running controller to remove the newest disk now (btrfs refuses if

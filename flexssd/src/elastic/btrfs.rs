@@ -494,11 +494,7 @@ impl BtrfsVolume {
     /// frees the rest; the least-filled go first, as they cost the least to
     /// move. Its writes are relocation, counted as such (not application
     /// writes), as a removal's are.
-    fn compact(
-        &mut self,
-        mut pool: Vec<(u64, u64)>,
-        all_passes: bool,
-    ) -> Result<(Vec<(u64, u64)>, Vec<usize>)> {
+    fn compact(&mut self, mut pool: Pool, all_passes: bool) -> Result<(Pool, Vec<usize>)> {
         let mnt = self.mount.to_string_lossy().to_string();
         for usage in COMPACT_USAGE {
             let before = self.bracket(false);
@@ -711,6 +707,9 @@ impl Drop for BtrfsVolume {
         }
     }
 }
+
+/// Each disk's size and the bytes btrfs has allocated on it, in pool order.
+type Pool = Vec<(u64, u64)>;
 
 /// The `-dusage` filters of [`BtrfsVolume::compact`]'s passes, in order: the
 /// block groups less than a fifth full first, then those less than half, then
