@@ -57,7 +57,7 @@
 //! | `POST /v1/tokens` | make a token (body: `{"tenant", "role"}`); the reply holds it, once; admin only |
 //! | `DELETE /v1/tokens/{id}` | revoke a token; admin only |
 //! | `GET /metrics` | Prometheus / OpenMetrics text (an admin token with `metrics_auth = true`) |
-//! | `GET /dashboard` | the operator dashboard's page (no data, no token: see [`dashboard`](self::dashboard)) |
+//! | `GET /dashboard` | the operator dashboard's page (no data, no token: see [`dashboard`]) |
 //! | `GET /v1/dashboard?vssd=NAME&rows=N` | the dashboard's HTML fragment, filtered for the caller |
 //! | `GET /v1/vssds/{name}/rates` | its rates over the dashboard's window (throughput, IOPS, WA, GC) |
 //! | `GET /v1/devices/{name}/flash` | who owns each block of the device, and its wear (admin) |

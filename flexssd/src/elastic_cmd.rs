@@ -217,7 +217,7 @@ pub struct StateArgs {
     /// The volume's mount point.
     #[arg(long, value_name = "DIR", required_unless_present = "state")]
     pub mount: Option<PathBuf>,
-    /// State directory (default: /run/flexssd-elastic/<mount path>).
+    /// State directory (default: /run/flexssd-elastic/ and the mount path).
     #[arg(long, value_name = "DIR")]
     pub state: Option<PathBuf>,
     /// Print JSON.
@@ -240,7 +240,7 @@ pub struct RunArgs {
     /// replayable with `flexssd sim elastic --usage-trace`.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
-    /// State directory (default: /run/flexssd-elastic/<mount path>).
+    /// State directory (default: /run/flexssd-elastic/ and the mount path).
     #[arg(long, value_name = "DIR")]
     pub state: Option<PathBuf>,
     /// Disks from sparse files on loop devices instead of vSSDs (also used, with a

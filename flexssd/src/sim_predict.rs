@@ -459,9 +459,9 @@ impl Cost {
 
 /// Results of one series.
 struct Eval {
-    /// [metric 0=level 1=duration][model][ratio].
+    /// Indexed `[metric: 0 = level, 1 = duration][model][ratio]`.
     t: Vec<Vec<Vec<Tally>>>,
-    /// [metric][model][knob].
+    /// Indexed `[metric][model][knob]`.
     curve: Vec<Vec<Vec<Tally>>>,
     cost: Vec<Cost>,
 }
