@@ -81,6 +81,29 @@ pargs() {
     *) echo "--policy $1" ;;
   esac
 }
+# fig_csv TAG POLICY...: run 1's series of each policy (elastic-series<TAG>-<p>.csv,
+# those that exist) as t_s,series,gib rows for `flexssd plot lines`: allocated for
+# all, expected for predictive and reactive-addrm, used from the predictive run
+fig_csv() {
+  python3 - "$OUT" "$@" <<'PY'
+import csv, os, sys
+out, tag, pols = sys.argv[1], sys.argv[2], sys.argv[3:]
+print("t_s,series,gib")
+for p in pols:
+    f = f"{out}/elastic-series{tag}-{p}.csv"
+    if not os.path.exists(f):
+        continue
+    rows = list(csv.DictReader(open(f)))
+    t0 = float(rows[0]["t_s"])
+    for x in rows:
+        t = float(x["t_s"]) - t0
+        print(f"{t:.2f},{p} allocated,{int(x['allocated']) / 2**30:.4f}")
+        if p in ("predictive", "reactive-addrm"):
+            print(f"{t:.2f},{p} expected,{int(x['expected']) / 2**30:.4f}")
+        if p == "predictive":
+            print(f"{t:.2f},used (predictive run),{int(x['used']) / 2**30:.4f}")
+PY
+}
 SCALE=(--init 256M --increment 512M --prealloc 2G --time-scale 0.25)
 WORK=$(mktemp -d /tmp/exp-elastic.XXXXXX)
 MNT=$WORK/mnt
@@ -198,22 +221,8 @@ fi
 if [ -n "$TAG" ]; then
   step "figure of the disk${DISK_MIBPS} runs"
   # every policy's run 1 at this speed, those of earlier invocations too
-  python3 - "$OUT" "$TAG" > "$WORK/fig.csv" <<'PY'
-import csv, os, sys
-out, tag = sys.argv[1], sys.argv[2]
-pols = [p for p in ("prealloc", "reactive-add", "reactive-addrm", "predictive-paper", "predictive-estimated",
-                    "predictive-probe", "predictive") if os.path.exists(f"{out}/elastic-series{tag}-{p}.csv")]
-print("t_s,series,gib")
-for p in pols:
-    rows = list(csv.DictReader(open(f"{out}/elastic-series{tag}-{p}.csv")))
-    t0 = float(rows[0]["t_s"])
-    for x in rows:
-        t = float(x["t_s"]) - t0
-        print(f"{t:.2f},{p} allocated,{int(x['allocated']) / 2**30:.4f}")
-        if p == "predictive":
-            print(f"{t:.2f},{p} expected,{int(x['expected']) / 2**30:.4f}")
-            print(f"{t:.2f},used (predictive run),{int(x['used']) / 2**30:.4f}")
-PY
+  fig_csv "$TAG" prealloc reactive-add reactive-addrm predictive-paper predictive-estimated \
+    predictive-probe predictive > "$WORK/fig.csv"
   "$BIN" plot lines --csv "$WORK/fig.csv" --x t_s --y gib --series series --out "$OUT/elastic-fig2b$TAG.svg" \
     --title "Elastic btrfs, disks at ${DISK_MIBPS} MiB/s (run 1 of each policy)" \
     --xlabel "time since controller start (s)" --ylabel "GiB"
@@ -278,21 +287,7 @@ fi
 DIRTY=$(git status --porcelain -- crates/elastic flexssd/src/elastic_cmd.rs flexssd/src/elastic scripts/exp-elastic.sh | head -1)
 step "figure"
 # Figure 2(b): used (predictive run), expected and allocated of every policy.
-python3 - "$OUT" $POLICIES > "$WORK/fig.csv" <<'PY'
-import csv, sys
-out, pols = sys.argv[1], sys.argv[2:]
-print("t_s,series,gib")
-for p in pols:
-    rows = list(csv.DictReader(open(f"{out}/elastic-series-{p}.csv")))
-    t0 = float(rows[0]["t_s"])
-    for x in rows:
-        t = float(x["t_s"]) - t0
-        print(f"{t:.2f},{p} allocated,{int(x['allocated']) / 2**30:.4f}")
-        if p in ("predictive", "reactive-addrm"):
-            print(f"{t:.2f},{p} expected,{int(x['expected']) / 2**30:.4f}")
-        if p == "predictive":
-            print(f"{t:.2f},used (predictive run),{int(x['used']) / 2**30:.4f}")
-PY
+fig_csv "" $POLICIES > "$WORK/fig.csv"
 "$BIN" plot lines --csv "$WORK/fig.csv" --x t_s --y gib --series series --out "$OUT/elastic-fig2b.svg" \
   --title "Elastic btrfs on vSSDs, 1/4-scale microbenchmark (run 1 of each policy)" \
   --xlabel "time since controller start (s)" --ylabel "GiB"
