@@ -24,8 +24,9 @@
 #   scripts/exp-elastic.sh            (RUNS=5 RUN_S=80 by default; ~40 minutes)
 #   KEEP_RUNS=1 POLICIES=predictive scripts/exp-elastic.sh   (rerun one policy, keep the rest)
 #   PAGE_ONLY=1 scripts/exp-elastic.sh   (no runs: figure and page from the CSVs in docs/results)
-#   RUN_S=100 ...   the paper's whole 400 s; elastic-runs-100s.csv holds such rows of
-#                   prealloc, reactive-addrm and predictive, summarised on the page
+#   TAG=-100s RUN_S=100 POLICIES="prealloc reactive-addrm predictive" scripts/exp-elastic.sh
+#                   the paper's whole 400 s, into elastic-runs-100s.csv (and series and
+#                   a figure of their own), summarised on the page
 #   ALTERNATE=1 RUN_S=25 POLICIES="prealloc predictive reactive-addrm" scripts/exp-elastic.sh
 #                   completion times with the policies alternated run by run, into
 #                   elastic-overhead.csv (the page's overhead figures come from there)
@@ -65,13 +66,18 @@ MAX_RESERVE_MIB=${MAX_RESERVE_MIB:-768}
 POLICIES=${POLICIES:-"prealloc reactive-add reactive-addrm predictive-paper predictive"}
 # DISK_MIBPS: the disks' speed (reads and writes share it, as on a hard disk), in
 # the scheduler's curve units (4 KiB operations per second); TAG names the outputs
+# (-disk<N>); TAG=-100s with RUN_S=100 keeps the runs over the paper's whole
+# duration apart in the same way (elastic-runs-100s.csv, on the page's claims)
 DISK_SLA=
-TAG=
+TAG=${TAG:-}
+case $TAG in ""|-100s) ;; *) echo "TAG must be empty or -100s (DISK_MIBPS sets -disk<N>)" >&2; exit 2 ;; esac
 if [ -n "${DISK_MIBPS:-}" ]; then
   ops=$((DISK_MIBPS * 256))
   DISK_SLA="{\"curve\": [[0, $ops], [$ops, 0]]}"
   TAG=-disk$DISK_MIBPS
 fi
+WHAT=${DISK_MIBPS:+disks at $DISK_MIBPS MiB/s}
+WHAT=${WHAT:-runs of $RUN_S s}
 # the controller's options for a policy label of this script
 pargs() {
   case $1 in
@@ -219,12 +225,12 @@ for p in $POLICIES; do
 done
 fi
 if [ -n "$TAG" ]; then
-  step "figure of the disk${DISK_MIBPS} runs"
+  step "figure of the $WHAT"
   # every policy's run 1 at this speed, those of earlier invocations too
   fig_csv "$TAG" prealloc reactive-add reactive-addrm predictive-paper predictive-estimated \
     predictive-probe predictive > "$WORK/fig.csv"
   "$BIN" plot lines --csv "$WORK/fig.csv" --x t_s --y gib --series series --out "$OUT/elastic-fig2b$TAG.svg" \
-    --title "Elastic btrfs, disks at ${DISK_MIBPS} MiB/s (run 1 of each policy)" \
+    --title "Elastic btrfs, $WHAT (run 1 of each policy)" \
     --xlabel "time since controller start (s)" --ylabel "GiB"
   steps_done
   note "runs in $RUNS_CSV; PAGE_ONLY=1 $0 puts them on the page"
@@ -395,7 +401,7 @@ if "predictive" in POL and "reactive-addrm" in POL:
         fp, fa, fb = full_pick("predictive"), full_pick("reactive-addrm"), full_pick("prealloc")
         if fp and fa and fb:
             claims.append(f"- Over the paper's whole duration (400 s, 100 s here: `elastic-runs-100s.csv`, "
-                          f"`RUN_S=100`, runs from before 2aa95c7, when removals did not compact): predictive {fp[1]:.4f} GiB·h at {fp[0]} MiB, reactive-addrm {fa[1]:.4f} at "
+                          f"`TAG=-100s RUN_S=100`): predictive {fp[1]:.4f} GiB·h at {fp[0]} MiB, reactive-addrm {fa[1]:.4f} at "
                           f"{fa[0]} MiB, prealloc {fb[1]:.4f}: predictive {word(100 * (1 - fp[1] / fa[1]))} than "
                           f"reactive-addrm (paper 33% less) and {word(100 * (1 - fp[1] / fb[1]))} than prealloc "
                           "(paper 66% less). The 20 s more hold each policy's final allocation: reactive-addrm "
