@@ -415,14 +415,16 @@ fn run_volume(r: &RunArgs, api_url: &str) -> Result<()> {
     let dir = state_dir(Some(&r.mount), r.state.as_deref())?;
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let _ = std::fs::remove_file(dir.join("request"));
-    let backend = if r.sparse && r.disk_sla.is_some() {
-        bail!("--disk-sla needs vSSDs (the daemon's scheduler holds them to it), not --sparse");
-    } else if r.sparse {
+    let backend = if r.sparse {
+        if r.disk_sla.is_some() {
+            bail!("--disk-sla needs vSSDs (the daemon's scheduler holds them to it), not --sparse");
+        }
         eprintln!("elastic: disks are sparse files on loop devices (--sparse), not vSSDs");
         Backend::Sparse
-    } else if let (Some(why), Some(_)) = (btrfs::vssd_unavailable(), &r.disk_sla) {
-        bail!("--disk-sla needs vSSDs, and {why}");
     } else if let Some(why) = btrfs::vssd_unavailable() {
+        if r.disk_sla.is_some() {
+            bail!("--disk-sla needs vSSDs, and {why}");
+        }
         eprintln!("elastic: {why}; falling back to sparse files on loop devices instead of vSSDs");
         Backend::Sparse
     } else {

@@ -69,6 +69,10 @@ pub struct BtrfsVolume {
     /// The file system's data-space `bytes_may_use` in sysfs
     /// (`/sys/fs/btrfs/<uuid>/allocation/data/bytes_may_use`), once created.
     may_use: Option<PathBuf>,
+    /// Each disk's allocation and the MiB in use when a removal last failed
+    /// after compacting: with nothing changed since, compacting again would
+    /// rewrite the same block groups for the same refusal, at every probe.
+    compact_futile: Option<(Pool, u64)>,
     /// Time each add and remove took, for the log.
     pub log: Vec<String>,
     /// Times the tools and bounds the waits for nbdfuse (the caller's clock:
@@ -182,6 +186,7 @@ impl BtrfsVolume {
             mounted: false,
             commit_s,
             may_use: None,
+            compact_futile: None,
             log: vec![],
             clock,
         })
@@ -437,14 +442,18 @@ impl BtrfsVolume {
             }
         };
         let mut refused = Vec::new();
-        let mut compacted = false;
+        // Nothing changed since compacting failed to help: do not again.
+        let mut compacted =
+            self.compact_futile.is_some() && self.compact_futile == self.state(&pool);
         loop {
             let mut order = elastic::removal_order(&pool, 0);
             if order.is_empty() && !compacted {
-                (pool, order) = self.compact(pool, false)?;
+                pool = self.compact(pool, false)?;
+                order = elastic::removal_order(&pool, 0);
                 compacted = true;
             }
             if order.is_empty() {
+                self.compact_futile = self.state(&pool);
                 bail!(
                     "no disk can be removed: none of {} fits in the others' unallocated space, \
                      even after compacting the data block groups (size, allocated per disk: {}){}",
@@ -467,6 +476,8 @@ impl BtrfsVolume {
                 }
             }
             if compacted {
+                let now = self.allocations()?;
+                self.compact_futile = self.state(&now);
                 bail!("no disk could be removed: {}", refused.join("; "));
             }
             // btrfs refused every disk that fits on paper (ENOSPC: a removal
@@ -474,15 +485,14 @@ impl BtrfsVolume {
             // for a whole new chunk on one of the others): compact, every
             // pass, for more unallocated room on each disk, then try again.
             let now = self.allocations()?;
-            (pool, _) = self.compact(now, true)?;
+            pool = self.compact(now, true)?;
             compacted = true;
         }
     }
 
     /// Compacts the data block groups until a disk fits in the others'
     /// unallocated space (with `all_passes`, through every pass), or
-    /// [`COMPACT_USAGE`] is exhausted; returns the pool's allocation and
-    /// removal order after it.
+    /// [`COMPACT_USAGE`] is exhausted; returns the pool's allocation after it.
     ///
     /// Why: after a burst of writes and deletes btrfs keeps block groups
     /// allocated on every disk, each partly empty. In issue 16's runs at the
@@ -494,7 +504,7 @@ impl BtrfsVolume {
     /// frees the rest; the least-filled go first, as they cost the least to
     /// move. Its writes are relocation, counted as such (not application
     /// writes), as a removal's are.
-    fn compact(&mut self, mut pool: Pool, all_passes: bool) -> Result<(Pool, Vec<usize>)> {
+    fn compact(&mut self, mut pool: Pool, all_passes: bool) -> Result<Pool> {
         let mnt = self.mount.to_string_lossy().to_string();
         for usage in COMPACT_USAGE {
             let before = self.bracket(false);
@@ -522,8 +532,13 @@ impl BtrfsVolume {
                 break;
             }
         }
-        let order = elastic::removal_order(&pool, 0);
-        Ok((pool, order))
+        Ok(pool)
+    }
+
+    /// What a removal's outcome depends on: `pool` and the MiB in use (whole
+    /// MiB, so that a commit's few KiB of metadata do not count as a change).
+    fn state(&self, pool: &Pool) -> Option<(Pool, u64)> {
+        Some((pool.clone(), self.used().ok()? >> 20))
     }
 
     /// Removes disk `i` (btrfs moves its `moved` bytes off it first); on
@@ -968,6 +983,45 @@ mod tests {
             seen >> 20
         );
         assert!(after.relocated - before.relocated >= 64 * M, "{after:?}");
+        v.teardown().unwrap();
+    }
+
+    /// A removal that fails after compacting is not followed by the same
+    /// compaction at the next attempt while nothing has changed (it would
+    /// rewrite the same block groups at every probe), and is once something
+    /// has.
+    #[test]
+    fn a_futile_compaction_is_not_repeated_until_something_changes() {
+        if let Some(why) = unavailable() {
+            eprintln!("SKIP btrfs compaction test: {why}");
+            return;
+        }
+        const M: u64 = 1 << 20;
+        let dir = tempfile::tempdir().unwrap();
+        let mut v = sparse_volume(dir.path(), "futile", &[256 * M, 256 * M]);
+        let data = vec![0x5Au8; (300 * M) as usize];
+        std::fs::write(v.mount_point().join("f"), &data).unwrap();
+        sync_fs(&v);
+        let compactions =
+            |v: &BtrfsVolume| v.log.iter().filter(|l| l.starts_with("compact")).count();
+        assert!(
+            v.remove_disk(0).is_err(),
+            "300 MiB cannot fit on one 256 MiB disk"
+        );
+        let first = compactions(&v);
+        assert!(first > 0, "{:?}", v.log);
+        assert!(v.remove_disk(0).is_err());
+        assert_eq!(
+            compactions(&v),
+            first,
+            "compacted again with nothing changed: {:?}",
+            v.log
+        );
+        std::fs::write(v.mount_point().join("g"), vec![1u8; (4 * M) as usize]).unwrap();
+        sync_fs(&v);
+        assert!(v.remove_disk(0).is_err());
+        assert!(compactions(&v) > first, "{:?}", v.log);
+        assert_eq!(v.disks().len(), 2);
         v.teardown().unwrap();
     }
 
