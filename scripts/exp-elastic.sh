@@ -84,6 +84,7 @@ pargs() {
     predictive-paper) echo "--policy predictive --written-correction window --trend history --short-term probe" ;;
     predictive-estimated) echo "--policy predictive --written-correction estimated" ;;
     predictive-probe) echo "--policy predictive --short-term probe" ;;
+    predictive-measured) echo "--policy predictive --add-delay measured" ;;
     *) echo "--policy $1" ;;
   esac
 }

@@ -69,6 +69,11 @@ pub struct PolicyOpts {
     /// `probe` (the paper's Algorithm 2 as printed: the last two probes).
     #[arg(long, value_name = "SPAN")]
     pub short_term: Option<elastic::ShortTerm>,
+    /// Where the predictive policy's AD comes from: `fixed` (the default, the
+    /// paper's: `add_delay_s` throughout) or `measured` (twice the slowest add
+    /// the volume has made, once it has made one).
+    #[arg(long, value_name = "KIND")]
+    pub add_delay: Option<elastic::AddDelay>,
     /// Multiply TMIN, TMAX, AD, RD and the reactive interval by this (a scaled-down
     /// run scales time too).
     #[arg(long, value_name = "F")]
@@ -109,6 +114,9 @@ impl PolicyOpts {
         }
         if let Some(s) = self.short_term {
             c.short_term = s;
+        }
+        if let Some(a) = self.add_delay {
+            c.add_delay = a;
         }
         if let Some(f) = self.time_scale {
             c.tmin_s *= f;

@@ -156,6 +156,36 @@ impl std::str::FromStr for ShortTerm {
     }
 }
 
+/// Where the predictive policy's AD (the time an add takes, part of how far
+/// ahead it predicts: `2·next + AD`) comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum AddDelay {
+    /// The paper's: `add_delay_s`, a constant "set to a conservative value"
+    /// (§III-C), for the whole run.
+    #[default]
+    Fixed,
+    /// Ours: `add_delay_s` until the volume has added a disk, then twice the
+    /// slowest add it has seen (an add blocks until the disk is in the file
+    /// system, so that is the delay the look-ahead must cover). Adds slower
+    /// than `add_delay_s` raise it; faster ones stop the policy allocating
+    /// for a delay the volume never has.
+    Measured,
+}
+
+impl std::str::FromStr for AddDelay {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "fixed" => Ok(AddDelay::Fixed),
+            "measured" => Ok(AddDelay::Measured),
+            _ => Err(Error::Config(format!(
+                "unknown add delay {s:?} (fixed or measured)"
+            ))),
+        }
+    }
+}
+
 impl std::fmt::Display for PolicyKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -186,6 +216,9 @@ pub struct ElasticConfig {
     pub tmax_s: f64,
     /// AD: the (conservative) time an add takes, seconds.
     pub add_delay_s: f64,
+    /// Whether AD stays `add_delay_s` (`fixed`, the paper's) or follows the
+    /// volume's own adds once it has made one (`measured`, ours).
+    pub add_delay: AddDelay,
     /// RD: time without uncertainty before a removal is allowed, seconds.
     pub remove_delay_s: f64,
     /// Fixed probing interval of the reactive baselines (§IV-B: 5 s), seconds.
@@ -228,6 +261,7 @@ impl Default for ElasticConfig {
             tmin_s: 1.0,
             tmax_s: 5.0,
             add_delay_s: 10.0,
+            add_delay: AddDelay::Fixed,
             remove_delay_s: 60.0,
             reactive_interval_s: 5.0,
             io_pressure_bps: 8 << 20,

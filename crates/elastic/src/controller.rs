@@ -141,10 +141,13 @@ impl<V: Volume> Controller<V> {
                 if self.max_disks > 0 && self.volume.disks().len() >= self.max_disks as usize {
                     action = "add-skipped".into();
                 } else {
-                    match self.volume.add_disk(bytes, now) {
+                    let added = self.volume.add_disk(bytes, now);
+                    action_ns = clock().saturating_sub(now);
+                    match added {
                         Ok(_) => {
                             self.adds += 1;
                             action = "add".into();
+                            self.policy.added(action_ns);
                         }
                         Err(e) => {
                             self.failed_ops += 1;
@@ -152,7 +155,6 @@ impl<V: Volume> Controller<V> {
                             error = Some(e.to_string());
                         }
                     }
-                    action_ns = clock().saturating_sub(now);
                 }
             }
             Action::Remove => {

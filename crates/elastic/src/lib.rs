@@ -19,7 +19,7 @@ pub mod predictor;
 pub mod sim;
 pub mod volume;
 
-pub use config::{ElasticConfig, PolicyKind, ShortTerm, Trend, WrittenCorrection};
+pub use config::{AddDelay, ElasticConfig, PolicyKind, ShortTerm, Trend, WrittenCorrection};
 pub use controller::{Controller, Sample};
 pub use metrics::{Summary, WasteMeter};
 pub use policy::{Action, Decision, Policy};

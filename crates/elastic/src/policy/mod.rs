@@ -52,6 +52,11 @@ pub trait Policy: Send + std::fmt::Debug {
     fn first_disk(&self) -> u64;
     /// The decision for a probe at `now` that saw `stats` on a pool of `size` bytes.
     fn decide(&mut self, now: Nanos, stats: FsStats, size: u64) -> Decision;
+    /// An add this policy asked for completed and took `took` (the policies that
+    /// do not plan ahead ignore it).
+    fn added(&mut self, took: Nanos) {
+        let _ = took;
+    }
 }
 
 /// The policy `cfg` names, started at time `now`.

@@ -13,6 +13,11 @@
 //! (`uncertainty_floor`, 4 MiB by default), not just above R — with R = 0 a few KiB
 //! of file-system commit traffic kept an idle volume uncertain, so it never shrank.
 //!
+//! A second change, off by default (`add_delay = "measured"`): once the volume has
+//! added a disk, AD is twice the slowest add seen instead of the configured
+//! constant, so the look-ahead covers the delay this volume's adds have, not one
+//! chosen for a hypervisor's attach.
+//!
 //! Two details the printed algorithm leaves open: halving stops at TMIN (line 9 would
 //! otherwise step below it), and the "uncertain" time stamp `ts` starts at the
 //! controller's start, so nothing is removed in the first RD.
@@ -20,7 +25,7 @@
 use clock::{Nanos, SEC};
 
 use super::{Action, Decision, Policy};
-use crate::config::{ElasticConfig, PolicyKind};
+use crate::config::{AddDelay, ElasticConfig, PolicyKind};
 use crate::predictor::Predictor;
 use crate::volume::FsStats;
 
@@ -33,6 +38,8 @@ pub struct Predictive {
     tmin: Nanos,
     tmax: Nanos,
     ad: Nanos,
+    ad_mode: AddDelay,
+    slowest_add: Option<Nanos>,
     rd: Nanos,
     pressure_bps: u64,
     floor: u64,
@@ -53,6 +60,8 @@ impl Predictive {
             tmin: cfg.tmin(),
             tmax: cfg.tmax(),
             ad: cfg.add_delay(),
+            ad_mode: cfg.add_delay,
+            slowest_add: None,
             rd: cfg.remove_delay(),
             pressure_bps: cfg.io_pressure_bps,
             floor: cfg.uncertainty_floor,
@@ -73,6 +82,15 @@ impl Predictive {
     /// The current history window.
     pub fn window(&self) -> Nanos {
         self.window
+    }
+
+    /// AD as the prediction uses it now: the configured one, or under
+    /// [`AddDelay::Measured`] twice the slowest add seen, once there is one.
+    pub fn add_delay(&self) -> Nanos {
+        match (self.ad_mode, self.slowest_add) {
+            (AddDelay::Measured, Some(t)) => 2 * t,
+            _ => self.ad,
+        }
     }
 
     fn under_pressure(&self, now: Nanos, s: FsStats) -> bool {
@@ -96,7 +114,7 @@ impl Policy for Predictive {
         self.init
     }
     fn decide(&mut self, now: Nanos, stats: FsStats, size: u64) -> Decision {
-        let future = 2 * self.next + self.ad;
+        let future = 2 * self.next + self.add_delay();
         let pred = self.predictor.predict(now, stats, self.window, future);
         let r = self.reserve;
         let mut action = Action::None;
@@ -127,6 +145,9 @@ impl Policy for Predictive {
             next: self.next,
             expected: pred + r,
         }
+    }
+    fn added(&mut self, took: Nanos) {
+        self.slowest_add = Some(self.slowest_add.map_or(took, |t| t.max(took)));
     }
 }
 
@@ -214,6 +235,47 @@ mod tests {
             t += 5 * SEC;
         }
         assert!(removed);
+    }
+
+    #[test]
+    fn measured_add_delay_follows_the_slowest_add() {
+        let fixed = ElasticConfig::default();
+        let measured = ElasticConfig {
+            add_delay: AddDelay::Measured,
+            ..Default::default()
+        };
+        let mut f = Predictive::new(&fixed, 0);
+        let mut m = Predictive::new(&measured, 0);
+        // before any add both use the configured 10 s
+        assert_eq!(m.add_delay(), 10 * SEC);
+        for took in [SEC / 2, SEC, SEC / 4] {
+            f.added(took);
+            m.added(took);
+        }
+        assert_eq!(f.add_delay(), 10 * SEC);
+        assert_eq!(m.add_delay(), 2 * SEC);
+        // a slow add raises it above the configured value
+        m.added(7 * SEC);
+        assert_eq!(m.add_delay(), 14 * SEC);
+
+        // and the prediction looks that far ahead: 10 MiB/s of writes for 10 s,
+        // on a pool that covers 60 MiB more than used
+        let run = |p: &mut Predictive| {
+            let mut t = 0;
+            let mut d = None;
+            for i in 0..10u64 {
+                d = Some(p.decide(t, s(i * 10 * M, i * 10 * M, 0), i * 10 * M + 60 * M));
+                t += SEC;
+            }
+            d.unwrap()
+        };
+        let (mut f, mut m) = (Predictive::new(&fixed, 0), Predictive::new(&measured, 0));
+        f.added(SEC / 4);
+        m.added(SEC / 4);
+        let (df, dm) = (run(&mut f), run(&mut m));
+        assert_eq!(df.action, Action::Add(2 * G), "fixed AD: {df:?}");
+        assert_eq!(dm.action, Action::None, "measured AD: {dm:?}");
+        assert!(dm.expected < df.expected);
     }
 
     #[test]
