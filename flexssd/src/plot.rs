@@ -132,15 +132,21 @@ fn lines(a: &LinesArgs) -> Result<()> {
         .y_label_area_size(72);
     let xlabel = a.xlabel.clone().unwrap_or_else(|| a.x.clone());
     let ylabel = a.ylabel.clone().unwrap_or_else(|| a.y.clone());
+    // twelve colours told apart at a glance (Tableau's ten, black, navy): a
+    // figure of a dozen series repeats none
     let palette = [
-        RED,
-        BLUE,
-        GREEN,
-        MAGENTA,
-        CYAN,
+        RGBColor(214, 39, 40),
+        RGBColor(31, 119, 180),
+        RGBColor(44, 160, 44),
+        RGBColor(255, 127, 14),
+        RGBColor(148, 103, 189),
+        RGBColor(23, 190, 207),
         BLACK,
-        RGBColor(255, 140, 0),
-        RGBColor(128, 0, 128),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(0, 0, 128),
     ];
     macro_rules! draw {
         ($chart:expr) => {{
