@@ -309,7 +309,7 @@ if "predictive-measured" in POL and "predictive" in POL:
     md.append(f"- AD measured from each volume's own adds (predictive-measured, `--add-delay measured`: twice the slowest "
               f"add so far) against the paper's constant (predictive): reserve {ch['predictive-measured'][0]} MiB against "
               f"{ch['predictive'][0]} MiB, waste {mw:.4f} against {pw:.4f} GiB·h, {than(mw, pw)}."
-              + (f" At reserves of {', '.join(map(str, lower))} MiB a job ran out of space: its sort phase wrote "
+              + (f" At reserves of {' and '.join(map(str, lower))} MiB a job ran out of space: its sort phase wrote "
                  "faster than the rate the look-ahead had measured, and the constant AD's longer look-ahead "
                  "had covered such bursts. This is why the measured AD is not the default." if lower else ""))
 # predictive-estimated differs from predictive-probe in the pending term only
