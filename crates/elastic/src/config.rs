@@ -9,6 +9,35 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::{Error, Result};
 
+/// `FromStr` for a config enum from the names it is written with (as serde
+/// spells them in TOML), and an error naming the choices for any other.
+macro_rules! from_names {
+    ($t:ty, $what:literal, $($name:literal => $v:expr,)+) => {
+        impl std::str::FromStr for $t {
+            type Err = Error;
+            fn from_str(s: &str) -> Result<Self> {
+                match s {
+                    $($name => Ok($v),)+
+                    _ => Err(Error::Config(format!(
+                        "unknown {} {s:?} ({})",
+                        $what,
+                        one_of(&[$($name),+])
+                    ))),
+                }
+            }
+        }
+    };
+}
+
+/// `a`, `a or b`, `a, b or c`.
+fn one_of(names: &[&str]) -> String {
+    match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 /// Which decision policy drives the volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -46,20 +75,13 @@ impl PolicyKind {
     }
 }
 
-impl std::str::FromStr for PolicyKind {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "predictive" | "predictive-addrm" => Ok(PolicyKind::Predictive),
-            "prealloc" => Ok(PolicyKind::Prealloc),
-            "reactive-add" => Ok(PolicyKind::ReactiveAdd),
-            "reactive-addrm" => Ok(PolicyKind::ReactiveAddrm),
-            _ => Err(Error::Config(format!(
-                "unknown policy {s:?} (predictive, prealloc, reactive-add or reactive-addrm)"
-            ))),
-        }
-    }
-}
+from_names!(PolicyKind, "policy",
+    "predictive" => PolicyKind::Predictive,
+    "predictive-addrm" => PolicyKind::Predictive,
+    "prealloc" => PolicyKind::Prealloc,
+    "reactive-add" => PolicyKind::ReactiveAdd,
+    "reactive-addrm" => PolicyKind::ReactiveAddrm,
+);
 
 /// What Algorithm 2 adds to used space for the bytes written during its history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -85,19 +107,11 @@ pub enum WrittenCorrection {
     Estimated,
 }
 
-impl std::str::FromStr for WrittenCorrection {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "window" => Ok(WrittenCorrection::Window),
-            "pending" => Ok(WrittenCorrection::Pending),
-            "estimated" => Ok(WrittenCorrection::Estimated),
-            _ => Err(Error::Config(format!(
-                "unknown written correction {s:?} (window, pending or estimated)"
-            ))),
-        }
-    }
-}
+from_names!(WrittenCorrection, "written correction",
+    "window" => WrittenCorrection::Window,
+    "pending" => WrittenCorrection::Pending,
+    "estimated" => WrittenCorrection::Estimated,
+);
 
 /// Which probes Algorithm 2's regression of written bytes (the write trend it
 /// extrapolates `future` ahead) is fitted to.
@@ -114,18 +128,10 @@ pub enum Trend {
     Window,
 }
 
-impl std::str::FromStr for Trend {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "history" => Ok(Trend::History),
-            "window" => Ok(Trend::Window),
-            _ => Err(Error::Config(format!(
-                "unknown trend {s:?} (history or window)"
-            ))),
-        }
-    }
-}
+from_names!(Trend, "trend",
+    "history" => Trend::History,
+    "window" => Trend::Window,
+);
 
 /// Over what span Algorithm 2's short-term rate (line 15) is measured before
 /// it is extrapolated `future` ahead.
@@ -143,18 +149,10 @@ pub enum ShortTerm {
     Horizon,
 }
 
-impl std::str::FromStr for ShortTerm {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "probe" => Ok(ShortTerm::Probe),
-            "horizon" => Ok(ShortTerm::Horizon),
-            _ => Err(Error::Config(format!(
-                "unknown short-term span {s:?} (probe or horizon)"
-            ))),
-        }
-    }
-}
+from_names!(ShortTerm, "short-term span",
+    "probe" => ShortTerm::Probe,
+    "horizon" => ShortTerm::Horizon,
+);
 
 /// Where the predictive policy's AD (the time an add takes, part of how far
 /// ahead it predicts: `2·next + AD`) comes from.
@@ -173,18 +171,10 @@ pub enum AddDelay {
     Measured,
 }
 
-impl std::str::FromStr for AddDelay {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "fixed" => Ok(AddDelay::Fixed),
-            "measured" => Ok(AddDelay::Measured),
-            _ => Err(Error::Config(format!(
-                "unknown add delay {s:?} (fixed or measured)"
-            ))),
-        }
-    }
-}
+from_names!(AddDelay, "add delay",
+    "fixed" => AddDelay::Fixed,
+    "measured" => AddDelay::Measured,
+);
 
 impl std::fmt::Display for PolicyKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -463,6 +453,20 @@ mod tests {
         );
         let e = "last".parse::<ShortTerm>().unwrap_err().to_string();
         assert!(e.contains("probe or horizon"), "{e}");
+        let e = "x".parse::<AddDelay>().unwrap_err().to_string();
+        assert!(
+            e.contains("unknown add delay \"x\" (fixed or measured)"),
+            "{e}"
+        );
+        let e = "x".parse::<PolicyKind>().unwrap_err().to_string();
+        assert!(
+            e.contains("prealloc, reactive-add or reactive-addrm)"),
+            "{e}"
+        );
+        assert_eq!(
+            "predictive-addrm".parse::<PolicyKind>().unwrap(),
+            PolicyKind::Predictive
+        );
         let c = ElasticConfig::from_toml("short_term = 'horizon'").unwrap();
         assert_eq!(c.short_term, ShortTerm::Horizon);
     }

@@ -334,13 +334,12 @@ pub fn simulate(
     let first = ctl.volume().size();
     let mut samples = vec![];
     let mut now = t0;
+    // the virtual clock after an action: when the volume finishes it
+    let busy = Arc::clone(&ctl.volume().busy_until);
     while now <= end {
-        // the virtual clock after an action: when the volume finishes it
-        let busy = Arc::clone(&ctl.volume().busy_until);
         let (s, next) = ctl.step(now, &|| busy.load(Ordering::Relaxed).max(now))?;
         samples.push(s);
-        let after = ctl.volume().busy_until();
-        now = (now + next.max(1)).max(after);
+        now = (now + next.max(1)).max(busy.load(Ordering::Relaxed));
     }
     // Usage and allocation as step functions: usage at every trace point and probe,
     // allocation from the timeline, expected from the probes.

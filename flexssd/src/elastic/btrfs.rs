@@ -875,12 +875,25 @@ mod tests {
         sh("sync", &["-f", &v.mount_point().to_string_lossy()]).unwrap();
     }
 
-    /// A btrfs volume under `dir` on sparse-file disks of these sizes.
-    fn sparse_volume(dir: &std::path::Path, prefix: &str, disks: &[u64]) -> BtrfsVolume {
+    const M: u64 = 1 << 20;
+
+    /// A btrfs volume in a new temporary directory (kept alive with it) on
+    /// sparse-file disks of these sizes; `None`, saying why the `test` skips,
+    /// where this host cannot make one (no root, loop devices or btrfs-progs).
+    fn sparse_volume(
+        test: &str,
+        prefix: &str,
+        disks: &[u64],
+    ) -> Option<(tempfile::TempDir, BtrfsVolume)> {
+        if let Some(why) = unavailable() {
+            eprintln!("SKIP btrfs {test} test: {why}");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
         let clock: Arc<dyn Clock> = Arc::new(clock::MonotonicClock::new());
         let mut v = BtrfsVolume::new(
-            &dir.join("mnt"),
-            &dir.join("work"),
+            &dir.path().join("mnt"),
+            &dir.path().join("work"),
             prefix,
             Backend::Sparse,
             1,
@@ -890,7 +903,7 @@ mod tests {
         for &bytes in disks {
             v.add_disk(bytes, 0).unwrap();
         }
-        v
+        Some((dir, v))
     }
 
     /// A removal takes a disk that fits, not blindly the last one: a pool of
@@ -899,13 +912,11 @@ mod tests {
     /// refuses one), and the data stays.
     #[test]
     fn removal_takes_the_disk_that_fits() {
-        if let Some(why) = unavailable() {
-            eprintln!("SKIP btrfs removal choice test: {why}");
+        let Some((_dir, mut v)) =
+            sparse_volume("removal choice", "pick", &[256 * M, 512 * M, 512 * M])
+        else {
             return;
-        }
-        const M: u64 = 1 << 20;
-        let dir = tempfile::tempdir().unwrap();
-        let mut v = sparse_volume(dir.path(), "pick", &[256 * M, 512 * M, 512 * M]);
+        };
         let data: Vec<u8> = (0..(420 * M) as usize)
             .map(|i| (i * 13 % 251) as u8)
             .collect();
@@ -935,13 +946,11 @@ mod tests {
     /// the application's.
     #[test]
     fn removal_compacts_partly_empty_block_groups_first() {
-        if let Some(why) = unavailable() {
-            eprintln!("SKIP btrfs compaction test: {why}");
+        let Some((_dir, mut v)) =
+            sparse_volume("compaction", "compact", &[256 * M, 256 * M, 256 * M])
+        else {
             return;
-        }
-        const M: u64 = 1 << 20;
-        let dir = tempfile::tempdir().unwrap();
-        let mut v = sparse_volume(dir.path(), "compact", &[256 * M, 256 * M, 256 * M]);
+        };
         let file = |k: usize| -> Vec<u8> {
             (0..(16 * M) as usize)
                 .map(|i| (i * 7 % 251) as u8 ^ k as u8)
@@ -992,13 +1001,9 @@ mod tests {
     /// has.
     #[test]
     fn a_futile_compaction_is_not_repeated_until_something_changes() {
-        if let Some(why) = unavailable() {
-            eprintln!("SKIP btrfs compaction test: {why}");
+        let Some((_dir, mut v)) = sparse_volume("compaction", "futile", &[256 * M, 256 * M]) else {
             return;
-        }
-        const M: u64 = 1 << 20;
-        let dir = tempfile::tempdir().unwrap();
-        let mut v = sparse_volume(dir.path(), "futile", &[256 * M, 256 * M]);
+        };
         let data = vec![0x5Au8; (300 * M) as usize];
         std::fs::write(v.mount_point().join("f"), &data).unwrap();
         sync_fs(&v);
@@ -1031,13 +1036,9 @@ mod tests {
     /// its promise with it.
     #[test]
     fn buffered_writes_are_pending_until_write_back() {
-        if let Some(why) = unavailable() {
-            eprintln!("SKIP btrfs pending test: {why}");
+        let Some((_dir, mut v)) = sparse_volume("pending", "pend", &[512 * M]) else {
             return;
-        }
-        const M: u64 = 1 << 20;
-        let dir = tempfile::tempdir().unwrap();
-        let mut v = sparse_volume(dir.path(), "pend", &[512 * M]);
+        };
         sync_fs(&v);
         let before = v.stats(0).unwrap();
         assert_eq!(before.pending, Some(0), "{before:?}");
@@ -1068,13 +1069,9 @@ mod tests {
     /// device counters see it, the `written` the controller reads does not.
     #[test]
     fn removal_relocation_is_not_counted_as_written() {
-        if let Some(why) = unavailable() {
-            eprintln!("SKIP btrfs relocation test: {why}");
+        let Some((_dir, mut v)) = sparse_volume("relocation", "reloc", &[512 * M, 512 * M]) else {
             return;
-        }
-        const M: u64 = 1 << 20;
-        let dir = tempfile::tempdir().unwrap();
-        let mut v = sparse_volume(dir.path(), "reloc", &[512 * M, 512 * M]);
+        };
         // btrfs spreads new data chunks over both disks (the one with the most
         // unallocated space first)
         let data: Vec<u8> = (0..(200 * M) as usize)
