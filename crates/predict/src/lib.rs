@@ -75,7 +75,7 @@ pub use model::{duration_model, level_model, DurationModel, LevelModel};
 pub use provision::{over_provision, under_provision};
 pub use quantile::{DurationPrior, LevelPrior, QuantileDuration, QuantileLevel};
 pub use tune::tune_process_for_training;
-pub use unsold::UnsoldHistogram;
+pub use unsold::{Survival, UnsoldHistogram};
 pub use vssd::{
     level_of, predict_batch, Prediction, Predictor, QuantilePriors, Role, VssdPredictor,
     WindowStats,

@@ -54,8 +54,10 @@ pub struct HarvestSettings {
     /// How long unsold channels are predicted to stay unsold: `histogram`
     /// (default) or `fixed` (`lend_for_s`).
     pub unsold_policy: UnsoldPolicyKind,
-    /// Histogram policy: the quantile of past unsold stretches a new unsold
-    /// gSSD is given (0–1; default 0.2: four in five past ones lasted longer).
+    /// Histogram policy: the quantile of unsold stretches, ended and still
+    /// running, at which an unsold gSSD is given what is left of a stretch of
+    /// its channels' age (0–1; default 0.2: four in five are expected to last
+    /// longer; see `lend::UnsoldHistogramPolicy`).
     pub unsold_quantile: f64,
     /// Time an evicted harvest volume gets to move off, seconds. Default 300
     /// (cut short if its home runs out of room first: regular tenants come
