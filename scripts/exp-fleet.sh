@@ -338,15 +338,16 @@ P("The daemon's histogram policy (`lend::UnsoldHistogramPolicy`, the daemon's de
 P("")
 P("| daemon's unsold policy | seed | served (of 60000) | reclamations | evictions | SSD capacity, all servers | servers under 60% | TB-hours granted / used |")
 P("|---|---:|---:|---:|---:|---|---|---|")
-BEFORE = {  # (served, reclamations, evictions, granted TB-h, used TB-h): b6894ea, and the ended-only build
-    ("quantile less age (b6894ea)", 1): (13, 12, 9, 1, 1), ("quantile less age (b6894ea)", 2): (33, 17, 9, 7, 4),
-    ("quantile less age (b6894ea)", 3): (43, 25, 12, 8, 5),
-    ("what is left, ended stretches only", 1): (23715, 2975, 635, 37465, 20360),
-    ("what is left, ended stretches only", 2): (23825, 2936, 550, 37380, 20048),
-    ("what is left, ended stretches only", 3): (23598, 3309, 669, 36313, 19688),
+BEFORE = {  # (served, reclamations, evictions, granted TB-h, used TB-h, SSD capacity before, after, under 60% before, after)
+    ("quantile less age (b6894ea)", 1): (13, 12, 9, 1, 1, 0.7031, 0.7032, 0.0905, 0.0905),
+    ("quantile less age (b6894ea)", 2): (33, 17, 9, 7, 4, 0.7168, 0.7168, 0.0933, 0.0933),
+    ("quantile less age (b6894ea)", 3): (43, 25, 12, 8, 5, 0.7144, 0.7145, 0.1210, 0.1210),
+    ("what is left, ended stretches only", 1): (23715, 2975, 635, 37465, 20360, 0.7031, 0.7877, 0.0905, 0.3577),
+    ("what is left, ended stretches only", 2): (23825, 2936, 550, 37380, 20048, 0.7168, 0.8001, 0.0933, 0.3695),
+    ("what is left, ended stretches only", 3): (23598, 3309, 669, 36313, 19688, 0.7144, 0.7963, 0.1210, 0.3781),
 }
-for (name, sd), (sv, rc, ev, gr, us) in BEFORE.items():
-    P(f"| {name} | {sd} | {sv:,} | {rc:,} | {ev:,} | | | {gr:,} / {us:,} |")
+for (name, sd), (sv, rc, ev, gr, us, b, a, ub, ua) in BEFORE.items():
+    P(f"| {name} | {sd} | {sv:,} | {rc:,} | {ev:,} | {pct(b)} -> {pct(a)} ({a / b:.2f}x) | {pct(ub)} -> {pct(ua)} | {gr:,} / {us:,} |")
 runs = {("unsold-histogram", 1): dh, ("unsold-fixed", 1): df, ("histogram", 1): real}
 runs.update(unsold_seeds)
 label = {"unsold-histogram": "**what is left, running groups counted (now)**", "unsold-fixed": "fixed 2-hour lifetime",
