@@ -220,6 +220,38 @@ mod tests {
         assert!(u.survival(8, []).is_none());
     }
 
+    proptest::proptest! {
+        /// The curve is a survival curve, a higher quantile never promises
+        /// less, and running stretches never shorten a promise (they only
+        /// add to those at risk).
+        #[test]
+        fn survival_invariants(
+            ended in proptest::collection::vec(0u64..50, 0..30),
+            open in proptest::collection::vec(0u64..60, 0..30),
+            age in 0u64..70,
+            q1 in 0.0f64..1.0,
+            q2 in 0.0f64..1.0,
+        ) {
+            let mut u = UnsoldHistogram::new(1);
+            for &d in &ended {
+                u.record(4, d * SEC);
+            }
+            let open: Vec<Nanos> = open.iter().map(|&a| a * SEC).collect();
+            let Some(s) = u.survival(4, open.iter().copied()) else {
+                proptest::prop_assert!(ended.is_empty() && open.is_empty());
+                return Ok(());
+            };
+            proptest::prop_assert_eq!(s.surv[0], 1.0);
+            proptest::prop_assert!(s.surv.windows(2).all(|w| w[1] <= w[0] && w[1] >= 0.0));
+            let (lo, hi) = if q1 <= q2 { (q1, q2) } else { (q2, q1) };
+            let age = age * SEC;
+            proptest::prop_assert!(s.remaining(age, lo) <= s.remaining(age, hi));
+            if let Some(closed) = u.survival(4, []) {
+                proptest::prop_assert!(closed.remaining(age, lo) <= s.remaining(age, lo));
+            }
+        }
+    }
+
     #[test]
     fn running_stretches_lengthen_the_promise() {
         let mut u = UnsoldHistogram::new(3600);
