@@ -449,8 +449,9 @@ if "predictive-paper" in POL and "predictive" in POL:
     if "reactive-addrm" in POL:
         red_w = 100 * (1 - ww / ra_w)
         claims.append(f"- Algorithm 2 as printed against reactive-addrm: {word(red_w)} (paper 33% less).")
-# predictive-estimated differs from predictive-probe in the pending term only
-twin = "predictive-probe" if "predictive-probe" in POL else "predictive"
+# predictive-estimated differs from predictive in the pending term only (both
+# take the short-term rate over the horizon; predictive-probe differs in that)
+twin = "predictive"
 if "predictive-estimated" in POL and twin in POL:
     ew, pw = mean("predictive-estimated", "waste_gbh"), mean(twin, "waste_gbh")
     claims.append(f"- Pending writes as btrfs reports them ({twin}: `bytes_may_use`) against estimated from written "
