@@ -235,6 +235,14 @@ impl QuantileLevel {
     }
 }
 
+/// What is left, at quantile `q` (below 1), of a run that has lasted `age`
+/// and outlived everything seen, so that nothing is known of its scale: with
+/// the age a uniform share of the whole run, P(remaining <= t) = t / (age + t),
+/// whose `q` quantile is `age · q / (1 - q)`. In the unit of `age`.
+pub(crate) fn scale_free_remaining(age: f64, q: f64) -> f64 {
+    age * q / (1.0 - q)
+}
+
 /// The quantile duration model of one resource of one vSSD.
 #[derive(Debug, Clone)]
 pub struct QuantileDuration {
@@ -329,15 +337,12 @@ impl QuantileDuration {
         if !outlived && e > 0.0 {
             // The current run has outlived every run ever seen (or the cap
             // the runs are counted to): the data say nothing about its end,
-            // only that it is the longest. Read its
-            // remaining time off the scale-free prior (the age is a uniform
-            // share of the whole run), where P(remaining <= t) = t / (e + t):
-            // at quantile q, e * q / (1 - q).
+            // only that it is the longest (see `scale_free_remaining`).
             return qs
                 .iter()
                 .map(|&q| {
                     let q = q.clamp(0.0, 0.99);
-                    secs((f64::from(e) * q / (1.0 - q)).min(f64::from(cap_s)))
+                    secs(scale_free_remaining(f64::from(e), q).min(f64::from(cap_s)))
                 })
                 .collect();
         }

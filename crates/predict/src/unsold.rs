@@ -86,9 +86,7 @@ impl UnsoldHistogram {
             .map(|(&b, &n)| (b * self.bucket, n as f64 / total as f64))
             .collect()
     }
-}
 
-impl UnsoldHistogram {
     /// The survival curve of `capacity`'s stretches: the ended ones recorded
     /// here, and `open`, the ages of the stretches still running (see the
     /// module docs). `None` when there is neither.
@@ -167,7 +165,7 @@ impl Survival {
             ((from + k) as Nanos * self.bucket).saturating_sub(age)
         } else {
             let seen = (self.surv.len() - 1) as Nanos * self.bucket;
-            let scale_free = (age as f64 * q / (1.0 - q)) as Nanos;
+            let scale_free = crate::quantile::scale_free_remaining(age as f64, q) as Nanos;
             seen.saturating_sub(age).max(scale_free)
         }
     }
