@@ -96,6 +96,74 @@ fn nbdcopy_round_trip_and_qemu_img_compare() {
     qemu_img_compare(&back, &d.uri("default"));
 }
 
+/// Fast zeroing (`NBD_CMD_FLAG_FAST_ZERO`, as nbdkit and qemu-nbd offer it;
+/// libnbd sends it on request): a vSSD zeroes by unmapping, so it advertises
+/// it and does it. Then the zeroing path under a real converter: `qemu-img
+/// convert` of a sparse image onto a target full of other bytes must leave
+/// zeros in the holes (qemu 7.2 zeroes them with write-zeroes that may
+/// unmap, not with the fast flag).
+#[test]
+fn fast_zero_with_libnbd_and_qemu_img_convert() {
+    let Some(py) = nbd_python() else {
+        eprintln!("SKIP fast zero: libnbd's Python bindings (python3-libnbd) are not installed");
+        return;
+    };
+    require!(have("qemu-img"), "qemu-img is not installed");
+    let d = Daemon::start(SMALL_DEVICE);
+    let uri = d.uri("default");
+    assert_eq!(
+        fast_zero_outcome(py, &uri),
+        "zeroed zeros\nplain zeros\n",
+        "a vSSD zeroes fast"
+    );
+    // Fill the whole export with other bytes, then convert a sparse image
+    // of the same size onto it: every hole must come back as zeros.
+    let size = 216u64 << 20;
+    let junk = d.path().join("junk.img");
+    random_file(&junk, size as usize, 7);
+    run(
+        "qemu-img",
+        &[
+            "convert",
+            "-n",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            junk.to_str().unwrap(),
+            &uri,
+        ],
+    );
+    let img = d.path().join("sparse.img");
+    let f = std::fs::File::create(&img).unwrap();
+    f.set_len(size).unwrap();
+    drop(f);
+    let piece = d.path().join("piece.img");
+    random_file(&piece, 3 << 20, 11);
+    let data = std::fs::read(&piece).unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+        for (k, at) in [0u64, 50 << 20, 199 << 20].into_iter().enumerate() {
+            f.write_all_at(&data[k << 20..(k + 1) << 20], at).unwrap();
+        }
+    }
+    run(
+        "qemu-img",
+        &[
+            "convert",
+            "-n",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            img.to_str().unwrap(),
+            &uri,
+        ],
+    );
+    qemu_img_compare(&img, &uri);
+}
+
 #[test]
 fn qemu_io_patterns_trim_and_zero() {
     require!(have("qemu-io"), "qemu-io (qemu-utils) is not installed");

@@ -236,6 +236,26 @@ fn grem_plus_fills_free_flash_on_read_misses_and_serves_verified_data() {
     assert!(hits > 0.0, "no read hit from filled lines:\n{m}");
 }
 
+/// A tier volume's zeros reach its backing disk, which writes them like any
+/// data: a fast zero fails at once with ENOTSUP and leaves the bytes alone,
+/// and a plain zero still zeroes (through the cache).
+#[test]
+fn tier_volumes_refuse_a_fast_zero_and_still_zero() {
+    let Some(py) = nbd_python() else {
+        eprintln!(
+            "SKIP tier fast zero: libnbd's Python bindings (python3-libnbd) are not installed"
+        );
+        return;
+    };
+    let d = Daemon::start(TIER);
+    assert_eq!(
+        fast_zero_outcome(py, &d.uri("tenant-a")),
+        "enotsup kept\nplain zeros\n",
+        "{}",
+        d.log()
+    );
+}
+
 #[test]
 fn bad_tier_requests_are_refused_with_the_reason() {
     let d = Daemon::start(TIER);

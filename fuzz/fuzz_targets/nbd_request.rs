@@ -34,6 +34,7 @@ fn check_classify(data: &[u8]) {
         read_only: flags & 1 != 0,
         structured: flags & 2 != 0,
         block_status: flags & 4 != 0,
+        fast_zero: flags & 8 != 0,
     };
     let fits = |offset: u64, len: u32| {
         let end = offset.checked_add(u64::from(len)).expect("range overflows");
@@ -55,6 +56,10 @@ fn check_classify(data: &[u8]) {
         }
         Decision::Trim { offset, len, .. } | Decision::WriteZeroes { offset, len, .. } => {
             assert!(!l.read_only);
+            assert!(
+                h.flags & proto::CMD_FLAG_FAST_ZERO == 0 || (h.kind == proto::CMD_WRITE_ZEROES && l.fast_zero),
+                "a fast zero the export cannot do fast, or on another command"
+            );
             fits(offset, len);
         }
         Decision::Cache { offset, len } => fits(offset, len),

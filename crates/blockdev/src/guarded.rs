@@ -82,6 +82,9 @@ impl BlockDev for GuardedWindow {
         self.inner
             .write_zeroes(offset.wrapping_add(self.guard), len, fua)
     }
+    fn fast_zero(&self) -> bool {
+        self.inner.fast_zero()
+    }
     fn allocation(&self, offset: u64, len: u64) -> IoResult<Vec<MapExtent>> {
         if !matches!(offset.checked_add(len), Some(end) if end <= self.size) {
             self.queried_outside.store(true, Ordering::Relaxed);

@@ -51,6 +51,10 @@ pub trait Layer: Send + Sync {
     fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
         self.inner().write_zeroes(offset, len, fua)
     }
+    /// See [`BlockDev::fast_zero`].
+    fn fast_zero(&self) -> bool {
+        self.inner().fast_zero()
+    }
     /// See [`BlockDev::read_only`].
     fn read_only(&self) -> bool {
         self.inner().read_only()
@@ -92,6 +96,9 @@ impl<L: Layer> BlockDev for Layered<L> {
     }
     fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
         self.0.write_zeroes(offset, len, fua)
+    }
+    fn fast_zero(&self) -> bool {
+        self.0.fast_zero()
     }
     fn read_only(&self) -> bool {
         self.0.read_only()

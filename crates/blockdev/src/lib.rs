@@ -141,6 +141,17 @@ pub trait BlockDev: Send + Sync {
     /// Makes `len` bytes at `offset` read as zeros. With `fua`, durable on return.
     fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult;
 
+    /// Whether [`BlockDev::write_zeroes`] costs far less than writing the
+    /// zeros: the range is unmapped or dropped, its bytes never written. NBD
+    /// serves `NBD_CMD_FLAG_FAST_ZERO` from it: a client that asks for a
+    /// fast zero (to zero a whole target up front only if that is cheap)
+    /// gets it here, and from a device that answers `false` an immediate
+    /// `ENOTSUP`, after which it writes its zeros as it goes. Default:
+    /// `false`, the answer that never misleads.
+    fn fast_zero(&self) -> bool {
+        false
+    }
+
     /// Whether writes are refused.
     fn read_only(&self) -> bool {
         false
@@ -205,6 +216,9 @@ impl<T: BlockDev + ?Sized> BlockDev for Arc<T> {
     }
     fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
         (**self).write_zeroes(offset, len, fua)
+    }
+    fn fast_zero(&self) -> bool {
+        (**self).fast_zero()
     }
     fn read_only(&self) -> bool {
         (**self).read_only()

@@ -99,6 +99,11 @@ impl BlockDev for MemDev {
         Ok(0)
     }
 
+    /// Whole chunks are dropped, the rest cleared in memory: no payload.
+    fn fast_zero(&self) -> bool {
+        true
+    }
+
     /// Chunks never written, or wholly trimmed, are holes.
     fn allocation(&self, offset: u64, len: u64) -> IoResult<Vec<MapExtent>> {
         check_range(offset, len, self.size)?;

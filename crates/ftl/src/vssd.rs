@@ -516,6 +516,12 @@ impl BlockDev for Vssd {
         Ok(done)
     }
 
+    /// Zeroing unmaps whole pages (a trim); only a partial page at either
+    /// end is programmed.
+    fn fast_zero(&self) -> bool {
+        true
+    }
+
     /// Mapped logical pages are data; unmapped ones (never written, trimmed or
     /// zeroed whole) are holes. Page granular: a page partly written is data.
     fn allocation(&self, offset: u64, len: u64) -> IoResult<Vec<MapExtent>> {

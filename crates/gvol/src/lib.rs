@@ -942,6 +942,15 @@ impl BlockDev for GhostVolume {
         })?;
         Ok(completion)
     }
+
+    /// Zeroing goes to the gSSDs behind the mapped segments (and, in a
+    /// migration, to the new target too); unbacked ranges already read as
+    /// zeros and cost nothing. So: fast when every target is.
+    fn fast_zero(&self) -> bool {
+        self.inner.map.read().values().all(|s| {
+            s.target.dev.fast_zero() && s.mig.as_ref().is_none_or(|m| m.new.dev.fast_zero())
+        })
+    }
     /// Unbacked ranges are holes (they read as zeros; a write there fails);
     /// a backed range is whatever its gSSD reports, from the old target while
     /// a migration is copying (it is complete, as for reads). A gSSD that

@@ -815,3 +815,45 @@ fn verify_while_migrating_back_and_forth() {
     }
     assert!(v.segments().iter().all(|s| s.gssd_id == 1));
 }
+
+/// A device that zeroes by writing zeros: keeps [`BlockDev::fast_zero`]'s
+/// default.
+struct WritesZeros(MemDev);
+
+impl BlockDev for WritesZeros {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
+        self.0.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
+        self.0.write(offset, data, fua)
+    }
+    fn flush(&self) -> IoResult {
+        self.0.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> IoResult {
+        self.0.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
+        self.0.write_zeroes(offset, len, fua)
+    }
+}
+
+#[test]
+fn fast_zero_only_when_every_target_zeroes_fast() {
+    let slow = || -> Arc<dyn BlockDev> { Arc::new(WritesZeros(MemDev::new(8 * K4))) };
+    let v = GhostVolume::new("v", 16 * K4);
+    assert!(v.fast_zero(), "nothing backed: zeroing touches nothing");
+    v.attach(0, 8 * K4, 1, mem(8 * K4), 0).unwrap();
+    assert!(v.fast_zero());
+    // A migration writes zeros to its new target as well.
+    let m = v.start_migration(0, 2, slow(), 0, opts(K4)).unwrap();
+    assert!(!v.fast_zero(), "a migration's new target zeroes by writing");
+    drop(m);
+    let w = GhostVolume::new("w", 16 * K4);
+    w.attach(0, 8 * K4, 1, mem(8 * K4), 0).unwrap();
+    w.attach(8 * K4, 8 * K4, 2, slow(), 0).unwrap();
+    assert!(!w.fast_zero(), "one segment that writes its zeros");
+}

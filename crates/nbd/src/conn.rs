@@ -1441,6 +1441,7 @@ where
         read_only: neg.export.dev.read_only(),
         structured: neg.structured,
         block_status: neg.block_status,
+        fast_zero: neg.export.dev.fast_zero(),
     };
     let pace_clock =
         (neg.export.pace.clone()).or_else(|| neg.export.gate.as_ref().map(|g| g.clock().clone()));

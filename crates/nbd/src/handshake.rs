@@ -29,6 +29,7 @@ pub(crate) fn transmission_flags(export: &Export, structured: bool, config: &Ser
         | proto::TFLAG_SEND_FUA
         | proto::TFLAG_SEND_TRIM
         | proto::TFLAG_SEND_WRITE_ZEROES
+        | proto::TFLAG_SEND_FAST_ZERO
         | proto::TFLAG_SEND_CACHE;
     if config.multi_conn {
         f |= proto::TFLAG_CAN_MULTI_CONN;

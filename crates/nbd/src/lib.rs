@@ -9,10 +9,12 @@
 //!
 //! Handshake: fixed newstyle with `NO_ZEROES`; options `EXPORT_NAME`, `ABORT`,
 //! `LIST`, `INFO`, `GO` (answering `NBD_INFO_EXPORT`, `NAME`, `DESCRIPTION` and
-//! `BLOCK_SIZE`), `STRUCTURED_REPLY` and `STARTTLS` (see [`tls`]); anything else
-//! gets `NBD_REP_ERR_UNSUP`. Transmission: `READ`, `WRITE`, `DISC`, `FLUSH`,
-//! `TRIM`, `WRITE_ZEROES` (with `FUA` and `NO_HOLE`) and `CACHE`. No metadata
-//! contexts yet.
+//! `BLOCK_SIZE`), `STRUCTURED_REPLY`, `LIST_META_CONTEXT` and
+//! `SET_META_CONTEXT` (the one context `base:allocation`), and `STARTTLS` (see
+//! [`tls`]); anything else gets `NBD_REP_ERR_UNSUP`. Transmission: `READ`,
+//! `WRITE`, `DISC`, `FLUSH`, `TRIM`, `WRITE_ZEROES` (with `FUA`, `NO_HOLE` and
+//! `FAST_ZERO`, which fails at once with `ENOTSUP` on a device that zeroes by
+//! writing: `blockdev::BlockDev::fast_zero`), `CACHE` and `BLOCK_STATUS`.
 //!
 //! # Why it is built this way
 //!

@@ -64,6 +64,9 @@ pub const TFLAG_SEND_DF: u16 = 1 << 7;
 pub const TFLAG_CAN_MULTI_CONN: u16 = 1 << 8;
 /// Transmission flag: `NBD_CMD_CACHE` is understood.
 pub const TFLAG_SEND_CACHE: u16 = 1 << 10;
+/// Transmission flag: `NBD_CMD_FLAG_FAST_ZERO` is understood (a zeroing that
+/// would cost as much as writing the zeros fails at once with `ENOTSUP`).
+pub const TFLAG_SEND_FAST_ZERO: u16 = 1 << 11;
 
 // ---------------------------------------------------------------------------------
 // Options and option replies
@@ -147,6 +150,9 @@ pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
 pub const CMD_FLAG_DF: u16 = 1 << 2;
 /// Command flag: block status of one extent only.
 pub const CMD_FLAG_REQ_ONE: u16 = 1 << 3;
+/// Command flag: write zeroes only if that is much faster than writing them,
+/// else fail at once with `ENOTSUP`.
+pub const CMD_FLAG_FAST_ZERO: u16 = 1 << 4;
 
 /// Structured reply flag: last chunk of the reply.
 pub const REPLY_FLAG_DONE: u16 = 1 << 0;
@@ -169,6 +175,8 @@ pub const EINVAL: u32 = 22;
 pub const ENOSPC: u32 = 28;
 /// Value too large (a read longer than the maximum payload).
 pub const EOVERFLOW: u32 = 75;
+/// Not supported (a fast zero the export cannot do fast).
+pub const ENOTSUP: u32 = 95;
 /// The server is shutting down.
 pub const ESHUTDOWN: u32 = 108;
 
@@ -711,6 +719,10 @@ pub struct Limits {
     /// Whether `base:allocation` was selected for this export (so
     /// `NBD_CMD_BLOCK_STATUS` may be sent).
     pub block_status: bool,
+    /// Whether the export zeroes without writing (`BlockDev::fast_zero`): a
+    /// write zeroes with `NBD_CMD_FLAG_FAST_ZERO` runs, else it fails with
+    /// `ENOTSUP`.
+    pub fast_zero: bool,
 }
 
 /// What to do with a request, decided from its header alone.
@@ -849,7 +861,7 @@ pub fn classify(h: &RequestHeader, l: &Limits) -> Decision {
         }
         CMD_TRIM | CMD_WRITE_ZEROES | CMD_CACHE => {
             let allowed = match h.kind {
-                CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
+                CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO,
                 _ => CMD_FLAG_FUA,
             };
             if h.flags & !allowed != 0 {
@@ -858,6 +870,10 @@ pub fn classify(h: &RequestHeader, l: &Limits) -> Decision {
                 reject(EPERM)
             } else if !in_range(offset, len, l.size) || !aligned(offset, len, l.block.minimum) {
                 reject(EINVAL)
+            } else if h.flags & CMD_FLAG_FAST_ZERO != 0 && !l.fast_zero {
+                // The spec's "fail quickly": nothing is touched, and the
+                // client writes its zeros itself.
+                reject(ENOTSUP)
             } else {
                 match h.kind {
                     CMD_TRIM => Decision::Trim { offset, len, fua },
@@ -1016,6 +1032,7 @@ mod tests {
             read_only: false,
             structured: false,
             block_status: false,
+            fast_zero: true,
         }
     }
 
@@ -1337,6 +1354,67 @@ mod tests {
             classify(&req(CMD_DISC, 0xffff, 5, 5), &l),
             Decision::Disconnect
         );
+    }
+
+    #[test]
+    fn fast_zero_runs_where_zeroing_is_fast_and_fails_at_once_elsewhere() {
+        let fast = limits();
+        let zero = |flags, l: &Limits| classify(&req(CMD_WRITE_ZEROES, flags, 4096, 8192), l);
+        let run = Decision::WriteZeroes {
+            offset: 4096,
+            len: 8192,
+            fua: false,
+            no_hole: false,
+        };
+        assert_eq!(zero(CMD_FLAG_FAST_ZERO, &fast), run);
+        // NO_HOLE is kept by an unmap too: the vSSD's capacity is reserved.
+        assert!(matches!(
+            zero(CMD_FLAG_FAST_ZERO | CMD_FLAG_NO_HOLE, &fast),
+            Decision::WriteZeroes { no_hole: true, .. }
+        ));
+        let slow = Limits {
+            fast_zero: false,
+            ..fast
+        };
+        let notsup = Decision::Reject {
+            errno: ENOTSUP,
+            skip: 0,
+        };
+        assert_eq!(zero(CMD_FLAG_FAST_ZERO, &slow), notsup);
+        assert_eq!(zero(CMD_FLAG_FAST_ZERO | CMD_FLAG_FUA, &slow), notsup);
+        // Without the flag the slow export zeroes as before.
+        assert_eq!(zero(0, &slow), run);
+        // A malformed or forbidden request is refused as such first.
+        let einval = Decision::Reject {
+            errno: EINVAL,
+            skip: 0,
+        };
+        assert_eq!(
+            classify(
+                &req(CMD_WRITE_ZEROES, CMD_FLAG_FAST_ZERO, 1 << 20, 4096),
+                &slow
+            ),
+            einval
+        );
+        let ro = Limits {
+            read_only: true,
+            ..fast
+        };
+        assert_eq!(
+            zero(CMD_FLAG_FAST_ZERO, &ro),
+            Decision::Reject {
+                errno: EPERM,
+                skip: 0
+            }
+        );
+        // The flag belongs to write zeroes only.
+        for kind in [CMD_TRIM, CMD_CACHE, CMD_READ, CMD_FLUSH] {
+            assert_eq!(
+                classify(&req(kind, CMD_FLAG_FAST_ZERO, 0, 512), &fast),
+                einval,
+                "command {kind}"
+            );
+        }
     }
 
     #[test]

@@ -661,6 +661,7 @@ async fn info_and_go_report_export_and_block_sizes() {
         | TFLAG_SEND_FUA
         | TFLAG_SEND_TRIM
         | TFLAG_SEND_WRITE_ZEROES
+        | TFLAG_SEND_FAST_ZERO
         | TFLAG_SEND_CACHE;
     assert!(
         infos.contains(&info_export(SIZE, base).to_vec()),

@@ -645,3 +645,44 @@ impl Drop for HostFs {
         let _ = run_any("losetup", &["-d", &self.loopdev]);
     }
 }
+
+/// A libnbd Python script: on the export `argv[1]`, writes 1 MiB of 0xab at
+/// 1 MiB, asks for a fast zero of it (`NBD_CMD_FLAG_FAST_ZERO`), then a plain
+/// one. Prints the outcome of the fast zero (`zeroed` or `enotsup`) and what
+/// the range then held (`zeros`, `kept` or `mixed`), then `plain` and the
+/// same after the plain zero.
+pub const FAST_ZERO_PY: &str = r#"
+import errno, nbd, sys
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+assert h.can_zero() and h.can_fast_zero(), "fast zero is not advertised"
+MiB = 1 << 20
+pattern = b"\xab" * MiB
+h.pwrite(pattern, MiB)
+def held():
+    d = h.pread(MiB, MiB)
+    return "zeros" if d == bytes(MiB) else ("kept" if d == pattern else "mixed")
+try:
+    h.zero(MiB, MiB, nbd.CMD_FLAG_FAST_ZERO)
+    outcome = "zeroed"
+except nbd.Error as e:
+    outcome = "enotsup" if e.errnum == errno.ENOTSUP else "error %s" % e
+print(outcome, held())
+h.zero(MiB, MiB)
+print("plain", held())
+h.shutdown()
+"#;
+
+/// Runs [`FAST_ZERO_PY`] with `py` on `uri` and returns its output.
+pub fn fast_zero_outcome(py: &str, uri: &str) -> String {
+    let out = Command::new(py)
+        .args(["-c", FAST_ZERO_PY, uri])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "fast zero script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
