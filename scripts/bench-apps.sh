@@ -36,6 +36,11 @@
 #                      second vSSD; a second nbdkit process) takes fio's 4 KiB
 #                      random writes with no flushes, and a table of its tps
 #                      over pgbench's alone (needs the pgbench row too)
+#   NEIGHBOUR_ON=km|kf the isolation row's neighbour is that nbdkit's second
+#                      process for every server, instead of each server's own:
+#                      what the neighbour's CPU alone costs pgbench, apart
+#                      from sharing a server with it
+#   NBD_SETTINGS='spin_polls = 0'  lines for flexssd's [nbd] section
 #
 # Needs root (loop devices, mount), /dev/fuse, nbdfuse, nbdkit, nbdinfo,
 # PostgreSQL 15 (postgresql) and db_bench (rocksdb-tools); as root it installs
@@ -94,13 +99,13 @@ DEFAULT_BODY+='
 [[vssds]]
 name = "neighbour"
 channels = 4'
-start_daemon "$WORK/fx" "$DEFAULT_BODY"
+start_daemon "$WORK/fx" "$DEFAULT_BODY" "${NBD_SETTINGS:-}"
 FX="nbd+unix:///default?socket=$SOCK"
 FXN="nbd+unix:///neighbour?socket=$SOCK"
 BASE_BIN=${FLEXSSD_BASE_BIN:+$(realpath "$FLEXSSD_BASE_BIN")}
 if [ -n "$BASE_BIN" ]; then
   FX_PID=$DAEMON_PID NEW_BIN=$BIN BIN=$BASE_BIN DAEMON_PID=
-  start_daemon "$WORK/bs" "$DEFAULT_BODY"
+  start_daemon "$WORK/bs" "$DEFAULT_BODY" "${NBD_SETTINGS:-}"
   PIDS+=("$DAEMON_PID"); DAEMON_PID=$FX_PID; BIN=$NEW_BIN
   BS="nbd+unix:///default?socket=$SOCK"
   BSN="nbd+unix:///neighbour?socket=$SOCK"
@@ -119,6 +124,11 @@ declare -A URI=([fx]=$FX [kf]="nbd+unix:///?socket=$WORK/kf.sock" [km]="nbd+unix
 declare -A NEIGHBOUR=([fx]=$FXN [kf]="nbd+unix:///?socket=$WORK/kfn.sock" [km]="nbd+unix:///?socket=$WORK/kmn.sock")
 declare -A NAME=([fx]=flexssd [kf]="nbdkit file" [km]="nbdkit memory" [bs]="flexssd base")
 if [ -n "$BASE_BIN" ]; then servers+=(bs); URI[bs]=$BS; NEIGHBOUR[bs]=$BSN; fi
+case ${NEIGHBOUR_ON:-} in
+  '') ;;
+  km|kf) other=${NEIGHBOUR[$NEIGHBOUR_ON]}; for s in "${!NEIGHBOUR[@]}"; do NEIGHBOUR[$s]=$other; done ;;
+  *) echo "bench-apps: NEIGHBOUR_ON must be km or kf, not '$NEIGHBOUR_ON'" >&2; exit 1 ;;
+esac
 
 # attach SERVER FS: the export as a file (nbdfuse), a loop device on it, a fresh
 # FS on that, mounted on $MNT.
@@ -258,8 +268,13 @@ done
 if has_row pgbench && has_row pgbench+neighbour; then
   echo
   echo "Isolation: pgbench's tps beside a neighbour writing flat out with no flushes"
-  echo "(another export of the same server: a second vSSD of the daemon, a second"
-  echo "nbdkit process), over its tps alone, medians. Goal: at least 0.90."
+  if [ -n "${NEIGHBOUR_ON:-}" ]; then
+    echo "(for every server the same one: a second ${NAME[$NEIGHBOUR_ON]} process, NEIGHBOUR_ON),"
+  else
+    echo "(another export of the same server: a second vSSD of the daemon, a second"
+    echo "nbdkit process),"
+  fi
+  echo "over its tps alone, medians. Goal: at least 0.90."
   echo
   echo "| file system |$(for s in "${servers[@]}"; do printf ' %s |' "${NAME[$s]}"; done)"
   echo "|---|$(for _ in "${servers[@]}"; do printf -- '---:|'; done)"
