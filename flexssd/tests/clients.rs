@@ -119,21 +119,16 @@ fn fast_zero_with_libnbd_and_qemu_img_convert() {
     // Fill the whole export with other bytes, then convert a sparse image
     // of the same size onto it: every hole must come back as zeros.
     let size = 216u64 << 20;
+    let convert = |src: &std::path::Path| {
+        let src = src.to_str().unwrap();
+        run(
+            "qemu-img",
+            &["convert", "-n", "-f", "raw", "-O", "raw", src, &uri],
+        );
+    };
     let junk = d.path().join("junk.img");
     random_file(&junk, size as usize, 7);
-    run(
-        "qemu-img",
-        &[
-            "convert",
-            "-n",
-            "-f",
-            "raw",
-            "-O",
-            "raw",
-            junk.to_str().unwrap(),
-            &uri,
-        ],
-    );
+    convert(&junk);
     let img = d.path().join("sparse.img");
     let f = std::fs::File::create(&img).unwrap();
     f.set_len(size).unwrap();
@@ -148,19 +143,7 @@ fn fast_zero_with_libnbd_and_qemu_img_convert() {
             f.write_all_at(&data[k << 20..(k + 1) << 20], at).unwrap();
         }
     }
-    run(
-        "qemu-img",
-        &[
-            "convert",
-            "-n",
-            "-f",
-            "raw",
-            "-O",
-            "raw",
-            img.to_str().unwrap(),
-            &uri,
-        ],
-    );
+    convert(&img);
     qemu_img_compare(&img, &uri);
 }
 

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use blockdev::{BlockDev, IoError, IoResult, MemDev};
+use blockdev::{BlockDev, IoError, IoResult, Layer, Layered, MemDev};
 use clock::VirtualClock;
 use proptest::prelude::*;
 use rng::SplitMix64;
@@ -816,34 +816,22 @@ fn verify_while_migrating_back_and_forth() {
     assert!(v.segments().iter().all(|s| s.gssd_id == 1));
 }
 
-/// A device that zeroes by writing zeros: keeps [`BlockDev::fast_zero`]'s
-/// default.
-struct WritesZeros(MemDev);
+/// A device that zeroes by writing zeros: a layer that says so over any
+/// other.
+struct WritesZeros(Arc<dyn BlockDev>);
 
-impl BlockDev for WritesZeros {
-    fn size(&self) -> u64 {
-        self.0.size()
+impl Layer for WritesZeros {
+    fn inner(&self) -> &Arc<dyn BlockDev> {
+        &self.0
     }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> IoResult {
-        self.0.read(offset, buf)
-    }
-    fn write(&self, offset: u64, data: &[u8], fua: bool) -> IoResult {
-        self.0.write(offset, data, fua)
-    }
-    fn flush(&self) -> IoResult {
-        self.0.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> IoResult {
-        self.0.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
-        self.0.write_zeroes(offset, len, fua)
+    fn fast_zero(&self) -> bool {
+        false
     }
 }
 
 #[test]
 fn fast_zero_only_when_every_target_zeroes_fast() {
-    let slow = || -> Arc<dyn BlockDev> { Arc::new(WritesZeros(MemDev::new(8 * K4))) };
+    let slow = || -> Arc<dyn BlockDev> { Arc::new(Layered(WritesZeros(mem(8 * K4)))) };
     let v = GhostVolume::new("v", 16 * K4);
     assert!(v.fast_zero(), "nothing backed: zeroing touches nothing");
     v.attach(0, 8 * K4, 1, mem(8 * K4), 0).unwrap();
