@@ -201,7 +201,10 @@ proptest! {
                     let updates: Vec<(GssdId, Nanos)> =
                         updates.into_iter().map(|(id, q)| (id, now + q * MIN30 / 2)).collect();
                     for &(id, e) in &updates {
-                        if let Some(g) = model.get_mut(&id) { g.expiry = e; }
+                        if let Some(g) = model.get_mut(&id) {
+                            // A tenant's promise is only ever extended.
+                            g.expiry = if g.in_use() { g.expiry.max(e) } else { e };
+                        }
                     }
                     let want: Vec<GssdId> = model.values()
                         .filter(|g| !g.in_use() && g.expiry <= now).map(|g| g.id).collect();
