@@ -87,6 +87,12 @@ pub struct HarvestArgs {
     /// Plot the sold-scenario predictors side by side as SVG.
     #[arg(long, value_name = "FILE.svg")]
     pub per_predictor_plot: Option<PathBuf>,
+    /// Settings of the learned predictors (`lstm`, `quantile`,
+    /// `quantile-prior`): a TOML `predict::PredictorConfig`, as the daemon's
+    /// `[harvest.predictor]` and `sim predict --config` take it; `--predictor`
+    /// picks the model. Default: the built-in settings.
+    #[arg(long, value_name = "FILE")]
+    pub predictor_config: Option<PathBuf>,
 }
 
 /// What `--json` prints.
@@ -94,6 +100,9 @@ pub struct HarvestArgs {
 struct Output<'a> {
     note: &'static str,
     config: &'a FleetConfig,
+    /// The learned predictors' settings, when `--predictor-config` gave them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    predictor_config: Option<&'a predict::PredictorConfig>,
     provenance: &'a fleet::Provenance,
     scenarios: &'a [ScenarioReport],
     sim_seconds: f64,
@@ -113,6 +122,16 @@ pub fn run(a: &HarvestArgs, wall: &dyn Clock) -> Result<()> {
         .map(|p| p.trim().parse())
         .collect::<Result<_, _>>()?;
     let upred: PredictorKind = a.unsold_predictor.parse()?;
+    let learned: Option<predict::PredictorConfig> = match &a.predictor_config {
+        Some(p) => Some(
+            toml::from_str(
+                &std::fs::read_to_string(p)
+                    .with_context(|| format!("read --predictor-config {}", p.display()))?,
+            )
+            .with_context(|| format!("parse --predictor-config {}", p.display()))?,
+        ),
+        None => None,
+    };
     let cfg = FleetConfig {
         regular: a.regular,
         harvest: a.harvest,
@@ -150,7 +169,7 @@ pub fn run(a: &HarvestArgs, wall: &dyn Clock) -> Result<()> {
     let mut reports = Vec::new();
     for (s, k) in scenarios {
         bar.set_message(s.name());
-        let mut p = fl.predictor(k, s)?;
+        let mut p = fl.predictor_with(k, s, learned.as_ref().unwrap_or(&Default::default()))?;
         reports.push(fl.run(s, &mut p, &mut || bar.inc(1))?);
     }
     bar.finish_and_clear();
@@ -165,6 +184,7 @@ pub fn run(a: &HarvestArgs, wall: &dyn Clock) -> Result<()> {
         let out = Output {
             note: NOTE,
             config: &cfg,
+            predictor_config: learned.as_ref(),
             provenance: fl.provenance(),
             scenarios: &reports,
             sim_seconds: secs,

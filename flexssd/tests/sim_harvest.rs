@@ -307,3 +307,56 @@ fn predictors_compare_on_one_fleet_and_splitting_serves_more() {
     assert!(w["served"].as_u64().unwrap() > wo["served"].as_u64().unwrap());
     assert_eq!(without["config"]["split"], false);
 }
+
+/// `--predictor-config` sets the learned predictors as the daemon's
+/// `[harvest.predictor]` does: a higher duration quantile with no
+/// provisioning promises longer and lends more; the settings given are echoed
+/// in the JSON; a misspelt key or an impossible value is named.
+#[test]
+fn learned_predictors_take_their_settings_from_a_file() {
+    let d = tempfile::tempdir().unwrap();
+    let (c, a) = inputs(d.path());
+    let (c, a) = (c.to_str().unwrap(), a.to_str().unwrap());
+    let f = d.path().join("learned.toml");
+    let fs = f.to_str().unwrap();
+    let args = |with_file: bool| {
+        let mut v = small(c, a);
+        v.extend(["--scenario", "sold", "--predictor", "quantile"]);
+        if with_file {
+            v.extend(["--predictor-config", fs]);
+        }
+        v
+    };
+    let json = |with_file: bool| -> serde_json::Value {
+        let mut v = args(with_file);
+        v.push("--json");
+        serde_json::from_str(&ok(&v)).unwrap()
+    };
+    std::fs::write(&f, "ratio = 0.0\n[quantile]\nduration_quantile = 0.5\n").unwrap();
+    let (base, long) = (json(false), json(true));
+    assert!(base.get("predictor_config").is_none(), "{base}");
+    assert_eq!(
+        long["predictor_config"]["quantile"]["duration_quantile"],
+        0.5
+    );
+    let granted = |v: &serde_json::Value| {
+        v["scenarios"][0]["counters"]["capacity_gb_hours"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(
+        granted(&long) > granted(&base),
+        "{} TB-hours with the longer promise against {}",
+        granted(&long),
+        granted(&base)
+    );
+    std::fs::write(&f, "[quantile]\nduration_quantil = 0.5\n").unwrap();
+    let e = fails(&args(true));
+    assert!(
+        e.contains("learned.toml") && e.contains("duration_quantil"),
+        "{e}"
+    );
+    std::fs::write(&f, "[quantile]\nduration_quantile = 1.5\n").unwrap();
+    let e = fails(&args(true));
+    assert!(e.contains("quantiles must lie in 0..=1"), "{e}");
+}

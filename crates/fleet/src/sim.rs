@@ -744,6 +744,19 @@ impl Fleet {
     /// unsold policies (`unsold-histogram`, `unsold-fixed`) only for unsold
     /// servers.
     pub fn predictor(&self, kind: PredictorKind, s: Scenario) -> Result<Policies, FleetError> {
+        self.predictor_with(kind, s, &predict::PredictorConfig::default())
+    }
+
+    /// As [`Fleet::predictor`], the learned predictors (`lstm`, `quantile`,
+    /// `quantile-prior`) with the settings of `learned` (the daemon's
+    /// `[harvest.predictor]`); its `model` is the one `kind` names. The
+    /// other kinds ignore it.
+    pub fn predictor_with(
+        &self,
+        kind: PredictorKind,
+        s: Scenario,
+        learned: &predict::PredictorConfig,
+    ) -> Result<Policies, FleetError> {
         let hc = &self.cfg.harvest_cfg;
         match (kind, s) {
             (PredictorKind::UnsoldHistogram | PredictorKind::UnsoldFixed, Scenario::Sold) => {
@@ -775,11 +788,12 @@ impl Fleet {
             _ => {}
         }
         let g = hc.duration_granule();
+        let base = learned;
         let learned = |model| {
             Box::new(lend::Predicted::new(
                 predict::PredictorConfig {
                     model,
-                    ..predict::PredictorConfig::default()
+                    ..base.clone()
                 },
                 WINDOW_STEPS as Nanos * STEP,
             ))
@@ -798,7 +812,7 @@ impl Fleet {
             PredictorKind::QuantilePrior => {
                 let pc = predict::PredictorConfig {
                     model: predict::Model::Quantile,
-                    ..predict::PredictorConfig::default()
+                    ..base.clone()
                 };
                 let priors = self.quantile_priors(&pc, self.cfg.regular.max(PRIOR_HOMES));
                 Box::new(lend::Predicted::with_priors(
