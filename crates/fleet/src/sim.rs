@@ -748,14 +748,14 @@ impl Fleet {
     }
 
     /// As [`Fleet::predictor`], the learned predictors (`lstm`, `quantile`,
-    /// `quantile-prior`) with the settings of `learned` (the daemon's
+    /// `quantile-prior`) with `settings` (the daemon's
     /// `[harvest.predictor]`); its `model` is the one `kind` names. The
     /// other kinds ignore it.
     pub fn predictor_with(
         &self,
         kind: PredictorKind,
         s: Scenario,
-        learned: &predict::PredictorConfig,
+        settings: &predict::PredictorConfig,
     ) -> Result<Policies, FleetError> {
         let hc = &self.cfg.harvest_cfg;
         match (kind, s) {
@@ -788,12 +788,11 @@ impl Fleet {
             _ => {}
         }
         let g = hc.duration_granule();
-        let base = learned;
         let learned = |model| {
             Box::new(lend::Predicted::new(
                 predict::PredictorConfig {
                     model,
-                    ..base.clone()
+                    ..settings.clone()
                 },
                 WINDOW_STEPS as Nanos * STEP,
             ))
@@ -812,7 +811,7 @@ impl Fleet {
             PredictorKind::QuantilePrior => {
                 let pc = predict::PredictorConfig {
                     model: predict::Model::Quantile,
-                    ..base.clone()
+                    ..settings.clone()
                 };
                 let priors = self.quantile_priors(&pc, self.cfg.regular.max(PRIOR_HOMES));
                 Box::new(lend::Predicted::with_priors(
