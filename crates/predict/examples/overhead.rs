@@ -1,6 +1,7 @@
 //! Overhead of the predictors per vSSD, against the paper's Table 3 (training 475 ms,
 //! inference 7.3 ms, 1.7 MB per vSSD): one training period and one inference of each
-//! predictor, model size, and predicting for N vSSDs batched against one by one.
+//! predictor, model size, and predicting for N vSSDs batched against one by one;
+//! the duration predictors' training by hand and through candle's autograd.
 //! Run by `scripts/bench-predict.sh`; prints one JSON object.
 //!
 //! The inputs are synthetic (a level pattern that changes every few windows); only
@@ -94,6 +95,11 @@ fn main() {
     let bw = level(&cfg, false);
     let cap = level(&cfg, true);
     let dur = duration(&cfg);
+    // The same duration training through candle's autograd, the reference the
+    // hand-written step is tested against: the ratio of the two is the speed-up.
+    let mut reference = cfg.clone();
+    reference.duration.autograd = true;
+    let dur_autograd = duration(&reference);
     let row = |name: &str, v: (f64, f64, f64, usize)| {
         format!(
             "\"{name}\": {{\"train_period_ms\": {:.3}, \"train_period_max_ms\": {:.3}, \"inference_ms\": {:.4}, \"model_bytes\": {}}}",
@@ -132,9 +138,10 @@ fn main() {
         .filter(|(a, b)| a.bandwidth == b.bandwidth && a.capacity == b.capacity)
         .count();
     println!(
-        "{{{}, {}, {}, \"vssd_model_bytes\": {bytes}, \"fleet\": {{\"vssds\": {n}, \"warmup_s\": {warm_s:.1}, \"one_by_one_ms\": {one_ms:.1}, \"batched_ms\": {batch_ms:.1}, \"same_levels\": {same}}}}}",
+        "{{{}, {}, {}, {}, \"vssd_model_bytes\": {bytes}, \"fleet\": {{\"vssds\": {n}, \"warmup_s\": {warm_s:.1}, \"one_by_one_ms\": {one_ms:.1}, \"batched_ms\": {batch_ms:.1}, \"same_levels\": {same}}}}}",
         row("bandwidth", bw),
         row("capacity", cap),
         row("duration_per_resource", dur),
+        row("duration_per_resource_autograd", dur_autograd),
     );
 }

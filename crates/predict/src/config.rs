@@ -91,6 +91,10 @@ pub struct DurationConfig {
     pub loss: DurationLoss,
     /// Quantile of the pinball loss.
     pub quantile: f64,
+    /// Train through candle's autograd and optimizer, the reference the
+    /// hand-written training step (`cell.rs`) is tested against, instead of
+    /// by hand. Same maths, several times slower; for benchmarks.
+    pub autograd: bool,
 }
 
 impl Default for DurationConfig {
@@ -104,6 +108,7 @@ impl Default for DurationConfig {
             train_samples: 32,
             loss: DurationLoss::Mse,
             quantile: 0.2,
+            autograd: false,
         }
     }
 }

@@ -18,6 +18,7 @@ use std::collections::VecDeque;
 
 use clock::{Nanos, SEC};
 
+use crate::cell::{Adam, Loss, Scratch};
 use crate::config::{DurationLoss, PredictorConfig};
 use crate::level::secs;
 use crate::lstm::{Head, Lstm};
@@ -45,6 +46,17 @@ pub struct DurationPredictor {
     last_tick: Option<Nanos>,
     train_samples: usize,
     epochs: usize,
+    /// Training by hand (`cell.rs`): each sub-predictor's Adam state, the
+    /// loss, the learning rate, reusable buffers. `None`: through candle.
+    by_hand: Option<ByHand>,
+}
+
+#[derive(Debug)]
+struct ByHand {
+    adams: Vec<Adam>,
+    loss: Loss,
+    lr: f64,
+    scratch: Scratch,
 }
 
 impl DurationPredictor {
@@ -65,6 +77,9 @@ impl DurationPredictor {
             .map(|i| {
                 let mut m = Lstm::new(2, d.hidden, 1, head, d.lr, seed.wrapping_add(i * 7919))?;
                 m.q = d.quantile.clamp(0.0, 1.0) as f32;
+                if !d.autograd {
+                    m.drop_optimizer();
+                }
                 Ok(m)
             })
             .collect::<Result<Vec<_>, PredictError>>()?;
@@ -89,6 +104,15 @@ impl DurationPredictor {
             last_tick: None,
             train_samples: d.train_samples.max(1),
             epochs: cfg.epochs.max(1),
+            by_hand: (!d.autograd).then(|| ByHand {
+                adams: vec![Adam::default(); n],
+                loss: match d.loss {
+                    DurationLoss::Mse => Loss::Mse,
+                    DurationLoss::Pinball => Loss::Pinball(d.quantile.clamp(0.0, 1.0) as f32),
+                },
+                lr: d.lr,
+                scratch: Scratch::default(),
+            }),
         })
     }
 
@@ -163,12 +187,47 @@ impl DurationPredictor {
         if !fresh {
             return Ok(());
         }
-        // The sub-predictors with new labels train together, each on its latest
-        // `train_samples` (padding masked out): one pass instead of one per level.
         let (b, w) = (self.train_samples, 2 * self.history);
         let chosen: Vec<usize> = (0..self.subs.len())
             .filter(|&i| self.subs[i].new_labels > 0)
             .collect();
+        if let Some(hand) = &mut self.by_hand {
+            // Each sub-predictor with new labels on its latest `train_samples`
+            // (only the real ones: padding would add nothing to a gradient).
+            let mut xs = Vec::with_capacity(b * w);
+            let mut ys = Vec::with_capacity(b);
+            for &i in &chosen {
+                let s = &mut self.subs[i];
+                s.new_labels = 0;
+                s.trained = true;
+                xs.clear();
+                ys.clear();
+                for (x, y) in s.labelled.iter().skip(s.labelled.len().saturating_sub(b)) {
+                    xs.extend_from_slice(x);
+                    ys.push(*y);
+                }
+                let model = &mut self.models[i];
+                let cell = model.cell();
+                let mut p = model.flat()?;
+                cell.train(
+                    &mut p,
+                    &mut hand.adams[i],
+                    &xs,
+                    self.history,
+                    &ys,
+                    b,
+                    hand.loss,
+                    hand.lr,
+                    self.epochs,
+                    &mut hand.scratch,
+                );
+                model.set_flat(&p)?;
+            }
+            return Ok(());
+        }
+        // Through candle: the sub-predictors with new labels train together,
+        // each on its latest `train_samples` (padding masked out): one pass
+        // instead of one per level.
         let m = chosen.len();
         let mut xs = vec![0f32; m * b * w];
         let mut ys = vec![0f32; m * b];

@@ -54,6 +54,7 @@
 //! # Ok::<(), predict::PredictError>(())
 //! ```
 
+mod cell;
 mod config;
 mod duration;
 mod level;

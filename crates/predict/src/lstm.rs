@@ -43,7 +43,8 @@ pub(crate) struct Lstm {
     pub q: f32,
     /// `[M, F, 4H]`, `[M, H, 4H]`, `[M, 1, 4H]`, `[M, H, O]`, `[M, 1, O]`.
     vars: [Var; 5],
-    opt: AdamW,
+    /// Candle's Adam; `None` for a model trained by hand (`cell.rs`).
+    opt: Option<AdamW>,
 }
 
 impl std::fmt::Debug for Lstm {
@@ -116,7 +117,19 @@ impl Lstm {
             head,
             q: 0.5,
             vars,
-            opt,
+            opt: Some(opt),
+        })
+    }
+
+    /// Drops candle's optimizer state (two moments per parameter), for a
+    /// model that trains by hand (`cell.rs` keeps its own).
+    pub fn drop_optimizer(&mut self) {
+        self.opt = None;
+    }
+
+    fn optimizer(&mut self) -> Result<&mut AdamW, PredictError> {
+        self.opt.as_mut().ok_or_else(|| {
+            PredictError::Config("this model trains by hand, not through candle".into())
         })
     }
 
@@ -223,7 +236,7 @@ impl Lstm {
                     .mean_all()?
             }
         };
-        self.opt.backward_step(&loss)?;
+        self.optimizer()?.backward_step(&loss)?;
         Ok(loss.to_scalar::<f32>()?)
     }
 
@@ -253,7 +266,7 @@ impl Lstm {
         };
         // Sum over models of each model's mean loss: the models' gradients stay apart.
         let loss = per.mul(&mk)?.sum_all()?.affine(1.0 / b as f64, 0.0)?;
-        self.opt.backward_step(&loss)?;
+        self.optimizer()?.backward_step(&loss)?;
         Ok(loss.to_scalar::<f32>()?)
     }
 
@@ -292,7 +305,7 @@ impl Lstm {
         let loss = per.mul(&mk)?.sum_all()?.affine(1.0 / b as f64, 0.0)?;
         let grads = loss.backward()?;
         for l in models.iter_mut() {
-            l.opt.step(&grads)?;
+            l.optimizer()?.step(&grads)?;
         }
         Ok(())
     }
@@ -335,6 +348,43 @@ impl Lstm {
     /// The output of stacked model `i` for one sequence of `t` steps.
     pub fn predict_one(&self, i: usize, xs: Vec<f32>, t: usize) -> Result<f32, PredictError> {
         Ok(Self::predict_many(&[(self, i)], xs, t)?[0])
+    }
+
+    /// The parameters of a one-model, one-output LSTM, flattened in the order of
+    /// [`crate::cell::Cell`].
+    pub fn flat(&self) -> Result<Vec<f32>, PredictError> {
+        let mut out = Vec::with_capacity(self.params());
+        for v in &self.vars {
+            out.extend(v.as_tensor().flatten_all()?.to_vec1::<f32>()?);
+        }
+        Ok(out)
+    }
+
+    /// Sets the parameters from [`Lstm::flat`]'s order.
+    pub fn set_flat(&mut self, p: &[f32]) -> Result<(), PredictError> {
+        if p.len() != self.params() {
+            return Err(PredictError::Config(format!(
+                "{} parameters for a model of {}",
+                p.len(),
+                self.params()
+            )));
+        }
+        let mut at = 0;
+        for v in &self.vars {
+            let shape = v.as_tensor().shape().clone();
+            let n = shape.elem_count();
+            v.set(&Tensor::from_slice(&p[at..at + n], shape, &Device::Cpu)?)?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// The cell of a one-model, one-output LSTM, for [`crate::cell`].
+    pub fn cell(&self) -> crate::cell::Cell {
+        crate::cell::Cell {
+            features: self.features,
+            hidden: self.hidden,
+        }
     }
 
     /// Whether two models can be stacked into one forward pass.
