@@ -25,6 +25,7 @@ fn report(v: &control::HarvestVolumeInfo) -> ObservedHarvest {
     ObservedHarvest {
         state: match v.state.as_str() {
             "evicting" => HarvestState::Evicting,
+            "degraded" => HarvestState::Degraded,
             "migrating" => HarvestState::Migrating,
             _ => HarvestState::Active,
         },

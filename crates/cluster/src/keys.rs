@@ -367,6 +367,9 @@ pub enum HarvestState {
     Migrating,
     /// Under eviction notice: the tenant must finish before the deadline.
     Evicting,
+    /// Served, but ranges were lost to an eviction whose deadline passed:
+    /// reading them fails. The tenant releases it.
+    Degraded,
     /// Gone from the host (reclaimed with nowhere to migrate, or the host
     /// was lost); never re-created. The tenant releases it.
     Evicted,
@@ -381,6 +384,7 @@ impl HarvestState {
             HarvestState::Active => "active",
             HarvestState::Migrating => "migrating",
             HarvestState::Evicting => "evicting",
+            HarvestState::Degraded => "degraded",
             HarvestState::Evicted => "evicted",
             HarvestState::Error => "error",
         }

@@ -53,6 +53,6 @@ pub use manager::{
 pub use manager::{TierInfo, TierVolumeIo};
 pub use size::{format_size, parse_size, BlockRange, ByteSize};
 pub use store::{
-    ControlStore, DeviceRecord, GhostMeta, HarvestVolumeRecord, SegmentRecord, TenantKind,
-    VssdRecord, VssdState,
+    ControlStore, DeviceRecord, GhostMeta, HarvestVolumeRecord, LostRange, SegmentRecord,
+    TenantKind, VssdRecord, VssdState,
 };

@@ -143,6 +143,23 @@ pub struct SegmentRecord {
     pub gssd: u64,
     /// Where the range starts in the gSSD.
     pub base: u64,
+    /// When set: this range's gSSD was reclaimed with nowhere to move the
+    /// data, and the range is lost at this time (ns) unless the tenant
+    /// releases the volume first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evict_by: Option<u64>,
+}
+
+/// A range of a harvest volume whose data was lost: its gSSD was reclaimed
+/// with nowhere to move the data, and the eviction deadline passed. Reading
+/// it fails (EIO) for the life of the volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LostRange {
+    /// First byte of the range in the volume.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
 }
 
 /// A harvest volume as recorded in the store.
@@ -167,6 +184,9 @@ pub struct HarvestVolumeRecord {
     /// reclamation); the tenant must move off by this time (ns).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evict_by: Option<u64>,
+    /// Ranges lost to evictions whose deadline passed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost: Vec<LostRange>,
     /// The owner its export is published for: the harvest tenant's vSSD's
     /// tenant when the volume was created (fixed then, so the export never
     /// depends on looking the owner up later). `None`: shared.

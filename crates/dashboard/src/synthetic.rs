@@ -238,6 +238,7 @@ pub fn snapshot(shape: Shape, seed: u64, now_s: u64) -> Snapshot {
                 len: g.capacity_bytes,
                 gssd: g.id,
                 base: 0,
+                evict_by: None,
             }],
             state: if g.id % 50 == 1 {
                 "migrating"
@@ -257,6 +258,7 @@ pub fn snapshot(shape: Shape, seed: u64, now_s: u64) -> Snapshot {
             } else {
                 vec![]
             },
+            lost: vec![],
             io: Default::default(),
         })
         .collect();

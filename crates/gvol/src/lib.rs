@@ -15,6 +15,16 @@
 //! before any byte of the request is written. Trim and write-zeroes of unbacked
 //! bytes succeed: those bytes already read as zeros.
 //!
+//! Bytes whose segment was *evicted* ([`GhostVolume::evict`]: its gSSD was
+//! reclaimed and no other could take the data) are *lost*, not unbacked: the
+//! tenant wrote there, and zeros would be a silent lie that a file system would
+//! take for its own metadata. Reads of them fail with an I/O error (EIO), and
+//! so do writes and write-zeroes; block status reports them as data (their
+//! contents are not known to be zero); a trim succeeds and does nothing. They
+//! stay lost for the life of the volume ([`GhostVolume::lost`] lists them, so
+//! the caller can persist them and restore them with
+//! [`GhostVolume::mark_lost`]).
+//!
 //! # Why one volume over several gSSDs (Figure 12), not one export per gSSD
 //!
 //! * **The tenant sees one disk that grows.** Under-harvesting (§4.5) is handled by
@@ -214,6 +224,17 @@ pub enum GvolError {
     /// No segment starts at this volume offset.
     #[error("no segment starts at volume offset {0}")]
     NoSegment(u64),
+    /// The range overlaps bytes that were lost when their segment was evicted:
+    /// they cannot be backed again (their data is gone; see the crate docs).
+    #[error("range at {offset} length {len} overlaps bytes lost at {lost} (evicted)")]
+    Lost {
+        /// First volume byte of the range.
+        offset: u64,
+        /// Length of the range.
+        len: u64,
+        /// First volume byte of the lost range it overlaps.
+        lost: u64,
+    },
     /// The segment is being migrated; cancel or wait for the migration first.
     #[error("the segment at volume offset {0} is being migrated")]
     Migrating(u64),
@@ -375,6 +396,10 @@ pub(crate) struct Inner {
     /// Segments by first volume byte. Every request holds the read lock from lookup
     /// to completion; attach, detach and the migration switch take the write lock.
     pub(crate) map: RwLock<BTreeMap<u64, Segment>>,
+    /// Lost ranges (first byte -> length): evicted segments' bytes. Changed
+    /// only with `map`'s write lock held (so a request, which holds its read
+    /// lock, sees one answer), read under `map`'s read lock.
+    pub(crate) lost: RwLock<BTreeMap<u64, u64>>,
 }
 
 /// A harvest tenant's volume: a fixed-size [`BlockDev`] whose bytes are mapped, by
@@ -515,6 +540,7 @@ impl GhostVolume {
                 name: name.into(),
                 size: size_bytes,
                 map: RwLock::new(BTreeMap::new()),
+                lost: RwLock::new(BTreeMap::new()),
             }),
         }
     }
@@ -567,6 +593,13 @@ impl GhostVolume {
             }
         }
         check_unshared(&map, gssd_id, &dev, base, len)?;
+        if let Some((l, _)) = self.lost_within(volume_offset, len) {
+            return Err(GvolError::Lost {
+                offset: volume_offset,
+                len,
+                lost: l,
+            });
+        }
         map.insert(
             volume_offset,
             Segment {
@@ -589,6 +622,17 @@ impl GhostVolume {
     /// those blocks. Waits for requests in flight on the volume. Refused while the
     /// segment is being migrated.
     pub fn detach(&self, volume_offset: u64) -> Result<(SegmentInfo, Target), GvolError> {
+        self.unmap(volume_offset, false)
+    }
+
+    /// As [`GhostVolume::detach`], for a segment whose data is lost with it (its
+    /// gSSD is reclaimed and nothing could take the data): its bytes then fail
+    /// reads and writes (see the crate docs) instead of reading as zeros.
+    pub fn evict(&self, volume_offset: u64) -> Result<(SegmentInfo, Target), GvolError> {
+        self.unmap(volume_offset, true)
+    }
+
+    fn unmap(&self, volume_offset: u64, lost: bool) -> Result<(SegmentInfo, Target), GvolError> {
         let mut map = self.inner.map.write();
         let seg = map
             .get(&volume_offset)
@@ -597,6 +641,9 @@ impl GhostVolume {
             return Err(GvolError::Migrating(volume_offset));
         }
         let seg = map.remove(&volume_offset).expect("looked up above");
+        if lost {
+            self.inner.lost.write().insert(volume_offset, seg.len);
+        }
         let info = SegmentInfo {
             offset: volume_offset,
             len: seg.len,
@@ -605,6 +652,92 @@ impl GhostVolume {
             migration: None,
         };
         Ok((info, seg.target))
+    }
+
+    /// Marks `len` unbacked bytes at `volume_offset` as lost, as
+    /// [`GhostVolume::evict`] left them (for a caller restoring a volume it
+    /// persisted). Same alignment and range rules as [`GhostVolume::attach`];
+    /// the range must overlap no segment.
+    pub fn mark_lost(&self, volume_offset: u64, len: u64) -> Result<(), GvolError> {
+        aligned("volume offset", volume_offset, false)?;
+        aligned("lost length", len, true)?;
+        if volume_offset
+            .checked_add(len)
+            .is_none_or(|e| e > self.inner.size)
+        {
+            return Err(GvolError::OutOfRange {
+                offset: volume_offset,
+                len,
+                size: self.inner.size,
+            });
+        }
+        let map = self.inner.map.write();
+        if let Some((&s, seg)) = map.range(..volume_offset + len).next_back() {
+            if s + seg.len > volume_offset {
+                return Err(GvolError::Overlap {
+                    offset: volume_offset,
+                    len,
+                    existing: s,
+                });
+            }
+        }
+        let mut lost = self.inner.lost.write();
+        lost.insert(volume_offset, len);
+        // Merge with overlapping or touching lost ranges.
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(lost.len());
+        for (&o, &l) in lost.iter() {
+            match merged.last_mut() {
+                Some((mo, ml)) if *mo + *ml >= o => *ml = (*ml).max(o + l - *mo),
+                _ => merged.push((o, l)),
+            }
+        }
+        *lost = merged.into_iter().collect();
+        drop(map);
+        Ok(())
+    }
+
+    /// The lost ranges, `(first byte, length)` in volume order.
+    pub fn lost(&self) -> Vec<(u64, u64)> {
+        let _map = self.inner.map.read();
+        self.inner
+            .lost
+            .read()
+            .iter()
+            .map(|(&o, &l)| (o, l))
+            .collect()
+    }
+
+    /// The first lost range that overlaps `[offset, offset + len)`, if any.
+    fn lost_within(&self, offset: u64, len: u64) -> Option<(u64, u64)> {
+        let lost = self.inner.lost.read();
+        if lost.is_empty() {
+            return None;
+        }
+        let end = offset.saturating_add(len);
+        let before = lost
+            .range(..offset)
+            .next_back()
+            .filter(|(&o, &l)| o + l > offset);
+        before
+            .or_else(|| lost.range(offset..end).next())
+            .map(|(&o, &l)| (o, l))
+    }
+
+    /// The error for a request that touches lost bytes `(o, l)`.
+    fn lost_error(&self, (o, l): (u64, u64)) -> IoError {
+        IoError::Media(format!(
+            "volume {}: bytes [{o}, {}) were lost when their gSSD was reclaimed with nowhere to move them (evicted)",
+            self.inner.name,
+            o + l
+        ))
+    }
+
+    /// Fails if a hole piece `[offset, offset + len)` of a request holds lost bytes.
+    fn check_hole(&self, offset: u64, len: u64) -> IoResult<()> {
+        match self.lost_within(offset, len) {
+            Some(r) => Err(self.lost_error(r)),
+            None => Ok(()),
+        }
     }
 
     /// The segments, in volume order, with any migration's progress.
@@ -791,7 +924,10 @@ impl GhostVolume {
                     completion = completion.max(c);
                     loans.extend(l);
                 }
-                Piece::Hole { len, .. } => Loan::push_zeros(&mut loans, len as usize),
+                Piece::Hole { buf_off, len } => {
+                    self.check_hole(offset + buf_off, len)?;
+                    Loan::push_zeros(&mut loans, len as usize)
+                }
             }
             Ok(())
         })?;
@@ -833,6 +969,7 @@ impl BlockDev for GhostVolume {
                     completion = completion.max(c);
                 }
                 Piece::Hole { buf_off, len } => {
+                    self.check_hole(offset + buf_off, len)?;
                     buf[buf_off as usize..(buf_off + len) as usize].fill(0);
                 }
             }
@@ -861,7 +998,10 @@ impl BlockDev for GhostVolume {
         }
         // Refuse before writing anything if some byte is unbacked.
         split(&map, offset, len, |p| match p {
-            Piece::Hole { buf_off, len } => Err(self.unbacked(offset + buf_off, len)),
+            Piece::Hole { buf_off, len } => {
+                self.check_hole(offset + buf_off, len)?;
+                Err(self.unbacked(offset + buf_off, len))
+            }
             Piece::Mapped { .. } => Ok(()),
         })?;
         let mut completion = 0;
@@ -927,6 +1067,11 @@ impl BlockDev for GhostVolume {
     fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> IoResult {
         self.check(offset, len)?;
         let map = self.inner.map.read();
+        // Lost bytes cannot be made to read as zeros: refuse before zeroing any.
+        split(&map, offset, len, |p| match p {
+            Piece::Hole { buf_off, len } => self.check_hole(offset + buf_off, len),
+            Piece::Mapped { .. } => Ok(()),
+        })?;
         let mut completion = 0;
         split(&map, offset, len, |p| {
             if let Piece::Mapped {
@@ -951,7 +1096,8 @@ impl BlockDev for GhostVolume {
             s.target.dev.fast_zero() && s.mig.as_ref().is_none_or(|m| m.new.dev.fast_zero())
         })
     }
-    /// Unbacked ranges are holes (they read as zeros; a write there fails);
+    /// Unbacked ranges are holes (they read as zeros; a write there fails),
+    /// lost ranges data (their contents are unknown; reading them fails);
     /// a backed range is whatever its gSSD reports, from the old target while
     /// a migration is copying (it is complete, as for reads). A gSSD that
     /// answers for a prefix only ends the answer there.
@@ -974,7 +1120,24 @@ impl BlockDev for GhostVolume {
                         push_extent(&mut out, e.len, e.alloc);
                     }
                 }
-                Piece::Hole { len, .. } => push_extent(&mut out, len, Alloc::Hole),
+                Piece::Hole { buf_off, len } => {
+                    // Lost bytes are data of unknown contents, not zeros.
+                    let (mut pos, end) = (offset + buf_off, offset + buf_off + len);
+                    while pos < end {
+                        match self.lost_within(pos, end - pos) {
+                            Some((o, l)) => {
+                                let (a, b) = (o.max(pos), (o + l).min(end));
+                                push_extent(&mut out, a - pos, Alloc::Hole);
+                                push_extent(&mut out, b - a, Alloc::Data);
+                                pos = b;
+                            }
+                            None => {
+                                push_extent(&mut out, end - pos, Alloc::Hole);
+                                pos = end;
+                            }
+                        }
+                    }
+                }
             }
             Ok(())
         })?;

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use blockdev::{BlockDev, IoError, IoResult, Layer, Layered, MemDev};
+use blockdev::{Alloc, BlockDev, IoError, IoResult, Layer, Layered, MapExtent, MemDev};
 use clock::VirtualClock;
 use proptest::prelude::*;
 use rng::SplitMix64;
@@ -210,6 +210,87 @@ fn detach_returns_target_and_zeroes_the_range() {
     assert_eq!(read_vec(&v, 0, 6), vec![0; 6]);
     assert!(v.write(0, b"x", false).is_err());
     assert!(v.segments().is_empty());
+}
+
+#[test]
+fn evicted_bytes_fail_instead_of_reading_as_zeros() {
+    // Segments: [0, 4) on gSSD 1 (evicted below), [4, 8) on gSSD 2; [8, 12) unbacked.
+    let v = GhostVolume::new("v", 12 * K4);
+    v.attach(0, 4 * K4, 1, mem(4 * K4), 0).unwrap();
+    v.attach(4 * K4, 4 * K4, 2, mem(4 * K4), 0).unwrap();
+    v.write(0, &[7u8; 8 * K4 as usize], false).unwrap();
+    let (info, _) = v.evict(0).unwrap();
+    assert_eq!((info.gssd_id, info.len), (1, 4 * K4));
+    assert_eq!(v.lost(), vec![(0, 4 * K4)]);
+    let eio = |r: IoResult| r.unwrap_err().errno();
+    let mut b = vec![0u8; 2 * K4 as usize];
+    // Reads, as copies and as loans, fail: wholly and partly lost alike.
+    assert_eq!(eio(v.read(K4, &mut b)), 5);
+    assert_eq!(eio(v.read(3 * K4, &mut b)), 5, "straddles lost and backed");
+    assert_eq!(v.read_lent(0, 512).unwrap().unwrap_err().errno(), 5);
+    // Writes and write-zeroes fail before touching anything; a trim is a no-op.
+    assert_eq!(eio(v.write(3 * K4, &[1u8; 2 * K4 as usize], false)), 5);
+    assert_eq!(eio(v.write_zeroes(3 * K4, 2 * K4, false)), 5);
+    v.trim(0, 8 * K4).unwrap();
+    // The backed segment is untouched by the refused requests (then trimmed above).
+    v.write(4 * K4, b"alive", false).unwrap();
+    assert_eq!(read_vec(&v, 4 * K4, 5), b"alive");
+    // Never-backed bytes still read as zeros and refuse writes with ENOSPC.
+    assert_eq!(read_vec(&v, 8 * K4, 4), vec![0; 4]);
+    assert_eq!(eio(v.write(8 * K4, b"x", false)), 28);
+    // Block status: lost bytes are data (unknown contents), not a zero hole.
+    let data = |len| MapExtent {
+        len,
+        alloc: Alloc::Data,
+    };
+    assert_eq!(v.allocation(K4, 2 * K4).unwrap(), vec![data(2 * K4)]);
+    let map = v.allocation(0, 12 * K4).unwrap();
+    assert_eq!(map[0].alloc, Alloc::Data);
+    assert_eq!(
+        map.last().unwrap(),
+        &MapExtent {
+            len: 4 * K4,
+            alloc: Alloc::Hole
+        }
+    );
+    assert_eq!(blockdev::covered(&map), 12 * K4);
+    // The bytes cannot be backed again, and a plain detach loses nothing.
+    assert!(matches!(
+        v.attach(2 * K4, 2 * K4, 3, mem(4 * K4), 0),
+        Err(GvolError::Lost { lost: 0, .. })
+    ));
+    v.detach(4 * K4).unwrap();
+    assert_eq!(read_vec(&v, 4 * K4, 4), vec![0; 4]);
+    assert_eq!(v.lost(), vec![(0, 4 * K4)]);
+}
+
+#[test]
+fn lost_ranges_are_restored_merged_and_checked() {
+    let v = GhostVolume::new("v", 16 * K4);
+    v.attach(8 * K4, 4 * K4, 1, mem(4 * K4), 0).unwrap();
+    v.mark_lost(0, 2 * K4).unwrap();
+    v.mark_lost(2 * K4, 2 * K4).unwrap();
+    v.mark_lost(K4, 2 * K4).unwrap();
+    assert_eq!(
+        v.lost(),
+        vec![(0, 4 * K4)],
+        "touching and overlapping ranges merge"
+    );
+    assert!(matches!(
+        v.mark_lost(6 * K4, 4 * K4),
+        Err(GvolError::Overlap { existing, .. }) if existing == 8 * K4
+    ));
+    assert!(matches!(
+        v.mark_lost(12 * K4, 8 * K4),
+        Err(GvolError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        v.mark_lost(100, K4),
+        Err(GvolError::Misaligned { .. })
+    ));
+    let mut b = [0u8; 1];
+    assert_eq!(v.read(4 * K4 - 1, &mut b).unwrap_err().errno(), 5);
+    v.read(4 * K4, &mut b).unwrap();
 }
 
 fn opts(chunk: u64) -> MigrateOptions {

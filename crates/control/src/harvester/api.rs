@@ -168,7 +168,9 @@ pub struct HarvestVolumeInfo {
     pub until_s: u64,
     /// Its ranges and gSSDs.
     pub segments: Vec<SegmentRecord>,
-    /// `active`, `migrating`, or `evicting` (move off by `evict_by_s`).
+    /// `active`; `migrating`; `evicting` (a range's gSSD was reclaimed with
+    /// nowhere to move its data: move off by `evict_by_s`); or `degraded` (an
+    /// eviction's deadline passed: the `lost` ranges fail reads and writes).
     pub state: String,
     /// Eviction deadline, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -176,6 +178,9 @@ pub struct HarvestVolumeInfo {
     /// Migrations in progress.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub migrations: Vec<MigrationInfo>,
+    /// Ranges lost to evictions (reading them fails).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost: Vec<crate::store::LostRange>,
     /// Requests as its NBD clients issued them.
     pub io: StatsSnapshot,
 }

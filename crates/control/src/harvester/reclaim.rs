@@ -16,7 +16,7 @@ use harvest::{Demand, Gssd, GssdId, ReclaimAction};
 
 use super::api::HarvestEventKind;
 use super::{secs, HarvestHost, Harvester, MigrationRt, Outgoing, ReclaimHook, SEC};
-use crate::{format_size, ControlError, Result};
+use crate::{format_size, ControlError, LostRange, Result};
 
 impl Harvester {
     /// Erases a gSSD's blocks and gives them back: to its home vSSD's FTL, or,
@@ -170,6 +170,9 @@ impl Harvester {
         }
         let home = st.gssds.get(&id).and_then(|g| g.home.clone());
         let rec = st.volumes.get_mut(volume).map(|v| {
+            for s in v.rec.segments.iter_mut().filter(|s| s.gssd == id) {
+                s.evict_by = Some(s.evict_by.map_or(deadline, |d| d.min(deadline)));
+            }
             v.rec.evict_by = Some(v.rec.evict_by.map_or(deadline, |d| d.min(deadline)));
             v.rec.clone()
         });
@@ -222,12 +225,23 @@ impl Harvester {
             };
             let rec = match found {
                 Some((vname, vol, offsets)) => {
+                    // The data goes with the gSSD: its range fails I/O from
+                    // now on, rather than reading as zeros.
+                    let mut lost = Vec::new();
                     for o in offsets {
-                        vol.detach(o)?;
+                        let (seg, _) = vol.evict(o)?;
+                        lost.push(LostRange {
+                            offset: seg.offset,
+                            len: seg.len,
+                        });
                     }
                     let mut st = self.lock();
                     let rec = st.volumes.get_mut(&vname).map(|v| {
                         v.rec.segments.retain(|s| s.gssd != id);
+                        v.rec.lost.extend(lost);
+                        v.rec.lost.sort_by_key(|l| l.offset);
+                        // Still under notice only for the ranges still noticed.
+                        v.rec.evict_by = v.rec.segments.iter().filter_map(|s| s.evict_by).min();
                         v.rec.clone()
                     });
                     self.refresh_gate(&st, &devices, &vname);

@@ -114,13 +114,20 @@ impl Harvester {
                 continue;
             }
             let vol = Arc::new(GhostVolume::new(rec.name.clone(), rec.size_bytes));
+            for l in &rec.lost {
+                vol.mark_lost(l.offset, l.len)?;
+            }
+            // Records written before notices were kept per range put the whole
+            // volume under its notice.
+            let per_range = rec.segments.iter().any(|s| s.evict_by.is_some());
             for s in &rec.segments {
                 let g = &st.gssds[&s.gssd];
                 let dev: Arc<dyn BlockDev> = g.vssd.clone();
                 vol.attach(s.offset, s.len, s.gssd, dev, s.base)?;
                 let device = g.device.clone();
                 st.pool(&device).assign(s.gssd, rec.id)?;
-                if let Some(t) = rec.evict_by {
+                let notice = if per_range { s.evict_by } else { rec.evict_by };
+                if let Some(t) = notice {
                     // Still under notice: out of the pool again, deadline kept.
                     st.pool(&device).remove(s.gssd).ok();
                     st.gssds.get_mut(&s.gssd).expect("gssd").out = Some(Outgoing::Evicting(t));

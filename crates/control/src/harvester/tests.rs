@@ -461,15 +461,25 @@ fn early_reclamation_with_nowhere_to_go_evicts_with_a_deadline() {
     h.clock.advance(100 * SEC);
     h.m.harvest_tick().unwrap();
     check_all(&*dev, 5);
-    // After it, the range is gone (I/O fails, nothing is silently wrong) and the
-    // home has its blocks back.
+    // After it, the range is gone: I/O fails (EIO), nothing reads as zeros
+    // that the tenant did not write, block status does not call it zero,
+    // and the home has its blocks back.
     h.clock.advance(30 * SEC);
     h.m.harvest_tick().unwrap();
     assert!(kinds(&h.m).contains(&HarvestEventKind::EvictionDone));
     let mut buf = vec![0u8; 4096];
-    dev.read(0, &mut buf).unwrap();
-    assert!(buf.iter().all(|&b| b == 0));
-    assert!(dev.write(0, &buf, false).is_err());
+    assert_eq!(dev.read(0, &mut buf).unwrap_err().errno(), 5);
+    assert_eq!(dev.write(0, &buf, false).unwrap_err().errno(), 5);
+    assert!(dev
+        .allocation(0, 4096)
+        .unwrap()
+        .iter()
+        .all(|e| e.alloc == blockdev::Alloc::Data));
+    let v = h.m.harvest_volume("v").unwrap();
+    assert_eq!((v.state.as_str(), v.evict_by_s), ("degraded", None));
+    assert_eq!(v.lost.len(), 1);
+    assert_eq!(v.lost[0].offset, 0);
+    assert!(v.segments.is_empty());
     assert!(h.m.vssd("reg").unwrap().lent().is_empty());
     h.m.harvest_volume_release("v").unwrap();
 }
@@ -773,6 +783,58 @@ fn volumes_and_gssds_survive_a_restart() {
     assert!(g.iter().any(|g| g.id == gid && g.in_use));
     // The home still lends exactly the gSSD's blocks.
     assert_eq!(m.vssd("reg").unwrap().lent().len(), 2);
+}
+
+#[test]
+fn an_eviction_survives_a_restart_as_notice_and_as_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config::from_toml(&config_text(
+        dir.path().to_str().unwrap(),
+        "file",
+        "unsold = false",
+    ))
+    .unwrap();
+    let clock = Arc::new(VirtualClock::new(0));
+    let open = || H {
+        m: HostManager::open(&cfg, clock.clone()).unwrap(),
+        clock: clock.clone(),
+    };
+    {
+        let h = open();
+        regular(&h.m, "reg", &[0, 1, 2, 3, 4, 5]);
+        harvester(&h.m, "hv", &[6, 7]);
+        h.m.harvest_tick().unwrap();
+        let g = h.m.gssds().remove(0);
+        let mib = (g.capacity_bytes >> 20).max(1);
+        h.m.harvest_volume_create(&req("v", "hv", mib, 1, 300))
+            .unwrap();
+        write_all(&*export(&h.m, "v"), 5);
+        fill_home(&h, "reg");
+        h.m.harvest_tick().unwrap();
+        assert_eq!(h.m.harvest_volume("v").unwrap().state, "evicting");
+        h.m.shutdown().unwrap();
+    }
+    // Under notice across the restart: the data is still all there.
+    {
+        let h = open();
+        let v = h.m.harvest_volume("v").unwrap();
+        assert_eq!((v.state.as_str(), v.evict_by_s), ("evicting", Some(120)));
+        assert_eq!(v.segments[0].evict_by, Some(120 * SEC));
+        check_all(&*export(&h.m, "v"), 5);
+        h.clock.advance(130 * SEC);
+        h.m.harvest_tick().unwrap();
+        assert_eq!(h.m.harvest_volume("v").unwrap().state, "degraded");
+        h.m.shutdown().unwrap();
+    }
+    // Lost across the restart: reads fail, they do not turn into zeros.
+    let h = open();
+    let v = h.m.harvest_volume("v").unwrap();
+    assert_eq!(v.state, "degraded");
+    assert_eq!(v.lost.len(), 1);
+    let mut buf = vec![0u8; 4096];
+    let dev = export(&h.m, "v");
+    assert_eq!(dev.read(0, &mut buf).unwrap_err().errno(), 5);
+    h.m.harvest_volume_release("v").unwrap();
 }
 
 #[test]

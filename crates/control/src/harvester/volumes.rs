@@ -220,6 +220,7 @@ impl Harvester {
                 len,
                 gssd: *id,
                 base: 0,
+                evict_by: None,
             });
             off += len;
         }
@@ -233,6 +234,7 @@ impl Harvester {
             until: now.saturating_add(duration),
             segments,
             evict_by: None,
+            lost: Vec::new(),
             owner: match tenant {
                 TenantSource::Local | TenantSource::LocalFor { .. } => host.tenant_of(&req.tenant),
                 TenantSource::Fleet { owner } => owner.clone(),
@@ -360,6 +362,8 @@ impl Harvester {
             segments: v.rec.segments.clone(),
             state: if v.rec.evict_by.is_some() {
                 "evicting".into()
+            } else if !v.rec.lost.is_empty() {
+                "degraded".into()
             } else if !migrations.is_empty() {
                 "migrating".into()
             } else {
@@ -367,6 +371,7 @@ impl Harvester {
             },
             evict_by_s: v.rec.evict_by.map(secs),
             migrations,
+            lost: v.rec.lost.clone(),
             io: v.io.snapshot(),
         }
     }
