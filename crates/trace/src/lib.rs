@@ -42,6 +42,19 @@ pub use umass::Umass;
 /// Size of a sector in the sector-addressed formats.
 pub const SECTOR: u64 = 512;
 
+/// The longest request the text readers accept, in bytes: 1 GiB.
+///
+/// No real block trace comes near it: Linux caps one bio at 4 GiB (its size
+/// is 32 bits) and devices advertise far less (the kernel's NBD client
+/// 32 MiB, NVMe drives typically 128 KiB to 2 MiB), the NBD protocol's
+/// length field is 32 bits, and this workspace's NBD server takes at most
+/// 32 MiB per request. A longer request is a corrupt line; refusing it keeps
+/// the consumers that walk a request block by block (the cache simulator,
+/// `trace stats`) from walking billions of blocks. The binary `oracle`
+/// format's sizes are 32 bits, so it is bounded at 4 GiB by construction and
+/// not checked against this limit.
+pub const MAX_REQUEST_BYTES: u64 = 1 << 30;
+
 /// Direction of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
@@ -100,6 +113,20 @@ pub enum LineError {
         field: &'static str,
         /// Its text.
         value: String,
+    },
+    /// A request is longer than [`MAX_REQUEST_BYTES`].
+    #[error(
+        "{field} {value:?} is {bytes} bytes, over the limit of {max} bytes (1 GiB) per request"
+    )]
+    TooLong {
+        /// The length column's name.
+        field: &'static str,
+        /// Its text.
+        value: String,
+        /// The length in bytes.
+        bytes: u64,
+        /// The limit, [`MAX_REQUEST_BYTES`].
+        max: u64,
     },
     /// The operation column is neither a read nor a write the format knows.
     #[error("unknown op code {value:?}")]

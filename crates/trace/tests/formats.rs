@@ -2,7 +2,9 @@
 
 use std::io::Cursor;
 
-use trace::{parse_spec, reader, stats, Format, LineError, Op, Request, TraceError};
+use trace::{
+    parse_spec, reader, stats, Format, LineError, Op, Request, TraceError, MAX_REQUEST_BYTES,
+};
 
 fn read(format: Format, text: &str) -> Vec<Result<Request, TraceError>> {
     reader(format, Cursor::new(text.to_string()), "<stream>").collect()
@@ -424,6 +426,59 @@ fn disksim_errors() {
         err(f, "1 2 3 36028797018963968 1\n", 1),
         LineError::Overflow { field: "size", .. }
     ));
+}
+
+/// A line of `format` with a request of `len` in the format's length unit,
+/// and that unit's name and size in bytes.
+fn line_of_len(format: Format, len: u64) -> Option<(String, &'static str, u64)> {
+    Some(match format {
+        Format::Msr => (format!("100,h,0,Read,0,{len},1\n"), "size", 1),
+        Format::Tencent => (format!("1,0,{len},0,1\n"), "size", 512),
+        Format::Systor => (format!("1.0,0.1,R,0,0,{len}\n"), "size", 1),
+        Format::CloudPhysics => (format!("1,1,28,{len},0\n"), "size", 1),
+        Format::DiskSim => (format!("1 0 0 {len} 1\n"), "size", 512),
+        Format::FioIolog => (
+            format!("fio version 2 iolog\n/f add\n/f read 0 {len}\n"),
+            "length",
+            1,
+        ),
+        Format::Blkparse => (
+            format!("8,0 0 1 0.5 1 Q R 0 + {len} [x]\n"),
+            "sector count",
+            512,
+        ),
+        Format::Umass => (format!("0,0,{len},r,0.5\n"), "size", 1),
+        Format::Fiu => (format!("1 2 p 0 {len} R 8 0\n"), "size", 512),
+        Format::OracleGeneral => return None,
+    })
+}
+
+#[test]
+fn a_request_over_1_gib_is_refused_naming_its_length_column() {
+    for format in Format::ALL {
+        let Some((_, field, unit)) = line_of_len(format, 0) else {
+            continue;
+        };
+        let max = MAX_REQUEST_BYTES / unit;
+        let (text, ..) = line_of_len(format, max).unwrap();
+        let got = ok(format, &text);
+        assert_eq!(got.len(), 1, "{format}");
+        assert_eq!(got[0].len, MAX_REQUEST_BYTES, "{format}");
+
+        // The probe's Tencent line: 99,999,999,999,999 sectors (about 46 PiB).
+        for over in [max + 1, 99_999_999_999_999] {
+            let (text, ..) = line_of_len(format, over).unwrap();
+            let line = text.lines().count() as u64;
+            let e = err(format, &text, line);
+            assert!(
+                matches!(e, LineError::TooLong { field: f, bytes, .. } if f == field && bytes == over * unit),
+                "{format}: {e:?}"
+            );
+            let msg = e.to_string();
+            assert!(msg.starts_with(&format!("{field} \"{over}\" is")), "{msg}");
+            assert!(msg.contains("1 GiB"), "{msg}");
+        }
+    }
 }
 
 #[test]
