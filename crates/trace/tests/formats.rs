@@ -489,6 +489,38 @@ fn io_error_names_source_and_line() {
     let msg = r[1].as_ref().unwrap_err().to_string();
     assert!(msg.starts_with("x.trace:2: "), "{msg}");
     assert_eq!(r.len(), 2, "reading stops after an I/O error");
+    // The I/O error's text is in the message once: it is not a source too,
+    // or a whole chain (anyhow's `{:#}`) would print it twice.
+    assert!(std::error::Error::source(r[1].as_ref().unwrap_err()).is_none());
+    let e = trace::open(Format::Msr, "/nonexistent/t.csv")
+        .err()
+        .unwrap();
+    assert!(std::error::Error::source(&e).is_none());
+    assert_eq!(
+        e.to_string(),
+        "/nonexistent/t.csv: cannot open: No such file or directory (os error 2)"
+    );
+}
+
+#[test]
+fn a_gzip_compressed_trace_is_named_as_such() {
+    for format in Format::ALL {
+        if format == Format::OracleGeneral {
+            continue;
+        }
+        let bytes = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xff".to_vec();
+        let r: Vec<_> = reader(format, Cursor::new(bytes), "t.csv.gz").collect();
+        assert_eq!(r.len(), 1, "{format}: reading stops");
+        let msg = r[0].as_ref().unwrap_err().to_string();
+        assert!(
+            msg.starts_with("t.csv.gz: starts with the gzip magic bytes 1f 8b")
+                && msg.contains("not supported"),
+            "{format}: {msg}"
+        );
+    }
+    // Text that is not gzip is read as before, even when short.
+    assert_eq!(ok(Format::DiskSim, "1 2 3 4 1\n").len(), 1);
+    assert!(ok(Format::DiskSim, "").is_empty());
 }
 
 #[test]
