@@ -10,8 +10,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use anyhow::{bail, Context, Result};
-use cache::sim::{run_matrix_with_progress, FileSource, Progress, Source};
+use anyhow::{bail, ensure, Context, Result};
+use cache::sim::{run_matrix_with_progress, FileSource, Progress, Source, MAX_SPAN_SECS};
 use cache::{CostModel, PolicyConfig, PolicyKind, RunResult, SimConfig, WritePolicy};
 use clap::Args;
 use clock::Clock;
@@ -78,7 +78,7 @@ pub struct CacheArgs {
     pub write_policy: WritePolicy,
     /// Stretch every tenant's timeline to this many seconds, so that traces of
     /// different lengths overlap for the whole run; a trace longer than the
-    /// span is cut there, not compressed.
+    /// span is cut there, not compressed. At most 18,446,744,073 (584 years).
     #[arg(long, value_name = "SECONDS")]
     pub span: Option<f64>,
     /// With --span: refuse to stretch any trace by more than this factor
@@ -145,6 +145,13 @@ fn config(a: &CacheArgs) -> Result<SimConfig> {
             .with_context(|| format!("cost config {}", p.display()))?,
         None => CostModel::default(),
     };
+    if let Some(s) = a.span {
+        ensure!(
+            s.is_finite() && s > 0.0 && s <= MAX_SPAN_SECS,
+            "--span must be more than 0 and at most {MAX_SPAN_SECS} seconds (past which \
+             stretched times overflow 64-bit nanoseconds), got {s}"
+        );
+    }
     let cfg = SimConfig {
         policy,
         cost,
@@ -580,5 +587,26 @@ mod tests {
         ]);
         let e = format!("{:#}", run(&a, &clock::VirtualClock::new(0)).unwrap_err());
         assert!(e.contains("floppy_us") && e.contains("bad.toml"), "{e}");
+    }
+
+    #[test]
+    fn a_span_past_64_bit_nanoseconds_is_refused() {
+        for span in ["2e10", "1e300", "0", "NaN"] {
+            let a = args(&["--trace", "disksim:t", "--cache-size", "1M", "--span", span]);
+            let e = config(&a).unwrap_err().to_string();
+            assert!(
+                e.starts_with("--span must be more than 0 and at most 18446744073 seconds"),
+                "{span}: {e}"
+            );
+        }
+        let a = args(&[
+            "--trace",
+            "disksim:t",
+            "--cache-size",
+            "1M",
+            "--span",
+            "18446744073",
+        ]);
+        assert_eq!(config(&a).unwrap().span_secs, Some(18_446_744_073.0));
     }
 }
