@@ -294,7 +294,18 @@ fn opt(v: Option<f64>) -> String {
     v.map_or_else(String::new, |v| format!("{v:.6}"))
 }
 
-/// Long CSV: one row per (policy, size, tenant), the total included.
+/// `s` as one CSV field: as is, or quoted (RFC 4180, quotes doubled) where it
+/// holds a comma, a quote or a line break.
+fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\"")).into()
+    } else {
+        s.into()
+    }
+}
+
+/// Long CSV: one row per (policy, size, tenant), the total included; the
+/// label and tenant names are quoted where they need it.
 fn csv(label: &str, write_policy: WritePolicy, results: &[RunResult]) -> String {
     let mut s = String::from(
         "label,policy,cache_bytes,cache_mib,tenant,requests,accesses,read_hits,read_misses,write_hits,write_misses,hit_ratio,read_hit_ratio,write_hit_ratio,cost_us,baseline_cost_us,normalised_cost,move_cost_us,evicted_lines,writebacks,migrated_lines,elapsed_s,requests_per_s,write_policy\n",
@@ -305,11 +316,11 @@ fn csv(label: &str, write_policy: WritePolicy, results: &[RunResult]) -> String 
             let _ = writeln!(
                 s,
                 "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.1},{},{:.1},{},{},{},{},{},{}",
-                label,
+                csv_field(label),
                 r.policy,
                 r.cache_bytes,
                 r.cache_bytes as f64 / (1u64 << 20) as f64,
-                t.name.replace(',', ";"),
+                csv_field(&t.name),
                 t.requests,
                 t.accesses(),
                 t.read_hits,
@@ -608,5 +619,43 @@ mod tests {
             "18446744073",
         ]);
         assert_eq!(config(&a).unwrap().span_secs, Some(18_446_744_073.0));
+    }
+
+    #[test]
+    fn labels_and_tenant_names_are_quoted_where_csv_needs_it() {
+        assert_eq!(csv_field("mix"), "mix");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("two\nlines"), "\"two\nlines\"");
+
+        let d = tempfile::tempdir().unwrap();
+        let t = trace_file(d.path());
+        let odd = d.path().join("we,ird.disksim");
+        std::fs::copy(&t, &odd).unwrap();
+        let csv_path = d.path().join("r.csv");
+        let a = args(&[
+            "--trace",
+            &format!("disksim:{}", odd.display()),
+            "--policy",
+            "glru",
+            "--cache-size",
+            "1M",
+            "--csv",
+            csv_path.to_str().unwrap(),
+            "--label",
+            "mix, \"1\"",
+        ]);
+        run(&a, &clock::VirtualClock::new(0)).unwrap();
+        let mut rd = csv::Reader::from_path(&csv_path).unwrap();
+        let width = rd.headers().unwrap().len();
+        let rows: Vec<csv::StringRecord> = rd.records().map(Result::unwrap).collect();
+        assert_eq!(rows.len(), 2);
+        for r in &rows {
+            assert_eq!(r.len(), width, "{r:?}");
+            assert_eq!(&r[0], "mix, \"1\"");
+            assert_eq!(&r[23], "write-through");
+        }
+        assert_eq!(&rows[0][4], "we,ird.disksim");
+        assert_eq!(&rows[1][4], "total");
     }
 }
