@@ -25,7 +25,7 @@ use sla::experiment::{run_method, ExperimentConfig, Method, Outcome};
 use sla::placement::{Metric, NewUnitPolicy};
 use sla::tenants::{
     peak_total, scale_to_peak, synthetic_population, throughput_samples, GenParams, IoEvent,
-    Workload,
+    Workload, MAX_WINDOWS,
 };
 use sla::Curve;
 
@@ -61,10 +61,11 @@ pub struct PlacementArgs {
     #[arg(long = "trace", value_name = "FORMAT:PATH")]
     pub traces: Vec<String>,
     /// Throughput windows per trace file (window = file's time span / this),
-    /// unless --window-ms is given.
+    /// unless --window-ms is given; 1 to 1,000,000.
     #[arg(long, default_value_t = 60)]
     pub windows: u64,
-    /// Fixed throughput window in milliseconds for every trace.
+    /// Fixed throughput window in milliseconds for every trace: at least
+    /// 0.001 (1 µs), and at most 1,000,000 windows over a trace's span.
     #[arg(long)]
     pub window_ms: Option<f64>,
     /// Volumes with fewer busy windows are left out of the trace pool.
@@ -268,22 +269,32 @@ fn trace_pool(a: &PlacementArgs) -> Result<Vec<PoolEntry>> {
         }
         ensure!(!by_volume.is_empty(), "trace {spec}: no requests");
         let window_ns = match a.window_ms {
-            Some(ms) => {
-                ensure!(
-                    ms.is_finite() && ms > 0.0,
-                    "--window-ms must be positive, got {ms}"
-                );
-                (ms * 1e6).round().max(1.0) as u64
-            }
+            // Checked by `validate`: at least MIN_WINDOW_MS.
+            Some(ms) => (ms * 1e6).round() as u64,
             None => ((t1 - t0) / a.windows.max(1)).max(1),
         };
+        let windows = (t1 - t0) / window_ns + 1;
+        if windows > MAX_WINDOWS {
+            let flag = match a.window_ms {
+                Some(ms) => format!("--window-ms {ms}"),
+                // A span of fewer nanoseconds than --windows: 1 ns windows.
+                None => format!("--windows {} (windows of {window_ns} ns)", a.windows),
+            };
+            bail!(
+                "trace {spec}: {flag} makes {windows} windows over its span of {:.3} s, \
+                 more than {MAX_WINDOWS}; use --window-ms {} or more",
+                (t1 - t0) as f64 / 1e9,
+                (((t1 - t0) / MAX_WINDOWS + 1) as f64 / 1e6).max(MIN_WINDOW_MS)
+            );
+        }
         let file = Path::new(spec.split_once(':').map_or(spec.as_str(), |s| s.1))
             .file_name()
             .map_or_else(|| spec.clone(), |f| f.to_string_lossy().into_owned());
         let volumes = by_volume.len();
         let mut left_out = 0;
         for (volume, events) in by_volume {
-            let s = throughput_samples(events, window_ns);
+            let s = throughput_samples(events, window_ns)
+                .with_context(|| format!("trace {spec} volume {volume}"))?;
             if s.busy_windows < a.min_busy_windows {
                 left_out += 1;
                 continue;
@@ -387,8 +398,23 @@ fn populations(
     Ok(out)
 }
 
+/// The shortest `--window-ms`: 1 µs (the finest traces stamp requests in
+/// 100 ns units; a shorter window holds at most one request).
+const MIN_WINDOW_MS: f64 = 0.001;
+
 fn validate(a: &PlacementArgs) -> Result<()> {
     ensure!(a.tenants > 0, "--tenants must be at least 1");
+    ensure!(
+        (1..=MAX_WINDOWS).contains(&a.windows),
+        "--windows must be from 1 to {MAX_WINDOWS}, got {}",
+        a.windows
+    );
+    if let Some(ms) = a.window_ms {
+        ensure!(
+            ms.is_finite() && ms >= MIN_WINDOW_MS,
+            "--window-ms must be at least {MIN_WINDOW_MS} (1 µs), got {ms}"
+        );
+    }
     ensure!(a.trials > 0, "--trials must be at least 1");
     ensure!(!a.percentiles.is_empty(), "--percentiles is empty");
     ensure!(

@@ -175,6 +175,47 @@ fn tenants_from_a_trace() {
     // A bad trace is named.
     let e = fails(&["--trace", "msr:/nonexistent/trace.csv"]);
     assert!(e.contains("/nonexistent/trace.csv"), "{e}");
+    // Windows: a count in range, a window not too short, and not too many of
+    // them over the trace (a 1 µs window over 39 s once ran out of memory).
+    for (flag, v, msg) in [
+        (
+            "--windows",
+            "0",
+            "--windows must be from 1 to 1000000, got 0",
+        ),
+        (
+            "--windows",
+            "1000000000",
+            "--windows must be from 1 to 1000000, got 1000000000",
+        ),
+        (
+            "--window-ms",
+            "0.000001",
+            "--window-ms must be at least 0.001 (1 µs), got 0.000001",
+        ),
+        ("--window-ms", "NaN", "--window-ms must be at least 0.001"),
+        ("--window-ms", "inf", "--window-ms must be at least 0.001"),
+    ] {
+        let e = fails(&["--trace", &spec, flag, v]);
+        assert!(e.contains(msg), "{flag} {v}: {e}");
+    }
+    let e = fails(&["--trace", &spec, "--window-ms", "0.001"]);
+    assert!(
+        e.contains("t.csv: --window-ms 0.001 makes 39000001 windows over its span of 39.000 s, more than 1000000; use --window-ms 0.039001 or more"),
+        "{e}"
+    );
+    ok(&[
+        "--trace",
+        &spec,
+        "--tenants",
+        "2",
+        "--trials",
+        "1",
+        "--window-ms",
+        "0.039001",
+        "--min-busy-windows",
+        "1",
+    ]);
 }
 
 #[test]
