@@ -201,12 +201,15 @@ struct Row {
     per_type: String,
     /// Disks used relative to SLA curves with random placement (mean over
     /// mean): the paper's "IOPS wastes about 4x" and "curves improve on
-    /// weighted IOPS by 41 % / 15 %" compare against this.
-    vs_sla_random: f64,
-    /// Disks used relative to Regulator (mean over mean).
-    vs_regulator: f64,
-    /// Share of this method's disks Regulator saves, percent.
-    regulator_saves_pct: f64,
+    /// weighted IOPS by 41 % / 15 %" compare against this. None (JSON null,
+    /// an empty CSV field) where random placement used no disk.
+    vs_sla_random: Option<f64>,
+    /// Disks used relative to Regulator (mean over mean); None where
+    /// Regulator used no disk.
+    vs_regulator: Option<f64>,
+    /// Share of this method's disks Regulator saves, percent; None where this
+    /// method used no disk.
+    regulator_saves_pct: Option<f64>,
 }
 
 /// One trial of one cell.
@@ -615,13 +618,9 @@ fn summarize(source: &str, tenants: usize, trials: &[TrialResult]) -> Vec<Row> {
                     .map(|(n, c)| format!("{n}:{c}"))
                     .collect::<Vec<_>>()
                     .join(" "),
-                vs_sla_random: if sm > 0.0 { dm / sm } else { f64::NAN },
-                vs_regulator: if rm > 0.0 { dm / rm } else { f64::NAN },
-                regulator_saves_pct: if dm > 0.0 {
-                    100.0 * (1.0 - rm / dm)
-                } else {
-                    f64::NAN
-                },
+                vs_sla_random: (sm > 0.0).then(|| dm / sm),
+                vs_regulator: (rm > 0.0).then(|| dm / rm),
+                regulator_saves_pct: (dm > 0.0).then(|| 100.0 * (1.0 - rm / dm)),
             }
         })
         .collect()
@@ -717,7 +716,8 @@ fn print_table(
         };
         let save = |m: Method| {
             get(m).map_or("-".to_string(), |x| {
-                format!("{:.1}%", x.regulator_saves_pct)
+                x.regulator_saves_pct
+                    .map_or("n/a".to_string(), |v| format!("{v:.1}%"))
             })
         };
         println!(
@@ -765,7 +765,7 @@ fn print_table(
                 } else {
                     x.vs_sla_random
                 };
-                format!("{v:.2}x")
+                v.map_or("n/a".to_string(), |v| format!("{v:.2}x"))
             })
         };
         println!(
@@ -781,6 +781,17 @@ fn print_table(
     let rejected: usize = rows.iter().map(|r| r.rejected_total).sum();
     if rejected > 0 {
         println!("\n{rejected} tenant placement(s) rejected by admission control (see --json).");
+    }
+    let none_placed: Vec<String> = rows
+        .iter()
+        .filter(|r| r.rejected_total >= r.trials * r.tenants)
+        .map(|r| format!("{} {} {}", r.group, r.percentile.name(), r.method))
+        .collect();
+    if !none_placed.is_empty() {
+        println!(
+            "No tenant was placed (every one rejected, so no disk used and the ratios are n/a) in: {}.",
+            none_placed.join(", ")
+        );
     }
     let types: Vec<String> = rows
         .iter()

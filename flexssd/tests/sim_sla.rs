@@ -219,6 +219,50 @@ fn tenants_from_a_trace() {
 }
 
 #[test]
+fn no_tenant_placed_gives_no_ratio_not_nan() {
+    let d = tempfile::tempdir().unwrap();
+    let csv = d.path().join("sla.csv");
+    let args = [
+        "--trials",
+        "1",
+        "--tenants",
+        "20",
+        "--size-min",
+        "1e12",
+        "--size-max",
+        "1e13",
+        "--groups",
+        "read",
+        "--percentiles",
+        "p99",
+        "--csv",
+        path(&csv),
+    ];
+    let table = ok(&args);
+    assert!(!table.contains("NaN"), "{table}");
+    assert!(table.contains("n/a"), "{table}");
+    assert!(
+        table.contains("No tenant was placed (every one rejected, so no disk used and the ratios are n/a) in: read p99 iops, read p99 weighted-iops, read p99 sla-random, read p99 regulator."),
+        "{table}"
+    );
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(!text.contains("NaN"), "{text}");
+    let rows = csv_rows(&csv);
+    assert_eq!(rows.len(), 4);
+    for r in &rows {
+        assert_eq!(r["rejected_total"], "20", "{r:?}");
+        for k in ["vs_sla_random", "vs_regulator", "regulator_saves_pct"] {
+            assert_eq!(r[k], "", "{k}: {r:?}");
+        }
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&[&args[..12], &["--json"]].concat())).unwrap();
+    for r in json["rows"].as_array().unwrap() {
+        assert!(r["vs_regulator"].is_null(), "{r}");
+    }
+}
+
+#[test]
 fn bad_input_gets_clear_errors() {
     let d = tempfile::tempdir().unwrap();
     let units = d.path().join("units.toml");
