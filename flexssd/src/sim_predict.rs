@@ -731,6 +731,10 @@ pub fn run(a: &PredictArgs) -> Result<()> {
         .with_context(|| format!("parse {}", p.display()))?,
         None => PredictorConfig::default(),
     };
+    if let Some(p) = &a.config {
+        cfg.validate()
+            .with_context(|| format!("--config {}", p.display()))?;
+    }
     if a.ratios.iter().any(|r| !r.is_finite() || *r < 0.0) {
         bail!("--ratios must be non-negative percentages");
     }

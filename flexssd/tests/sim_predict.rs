@@ -280,3 +280,31 @@ fn bad_inputs_are_named() {
     let e = fails(&["--split", split.to_str().unwrap(), "--input", &good_in]);
     assert!(e.contains("either --split or --input"), "{e}");
 }
+
+#[test]
+fn a_bad_config_is_blamed_not_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("ok-bw.txt");
+    std::fs::write(&good, "total_obs: 1\n360 1\n").unwrap();
+    let good_in = format!("blockflex:{}", good.display());
+    let cfg = dir.path().join("c.toml");
+    for (toml, msg) in [
+        ("levels = 0\n", "levels = 0: must be from 1 to 256"),
+        (
+            "levels = 100000\n",
+            "levels = 100000: must be from 1 to 256",
+        ),
+        ("ratio = nan\n", "ratio = NaN: must be a number from 0 to 1"),
+        ("ratio = -1.0\n", "ratio = -1: must be a number from 0 to 1"),
+        (
+            "train_every_s = 0.0\n",
+            "train_every_s = 0: must be a number from 0.001",
+        ),
+        ("epochs = 0\n", "epochs = 0: must be from 1 to 10000"),
+    ] {
+        std::fs::write(&cfg, toml).unwrap();
+        let e = fails(&["--input", &good_in, "--config", cfg.to_str().unwrap()]);
+        assert!(e.contains("c.toml") && e.contains(msg), "{toml}: {e}");
+        assert!(!e.contains("ok-bw.txt"), "{toml}: {e}");
+    }
+}
