@@ -18,10 +18,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, Subcommand};
 use clock::{Clock, MonotonicClock, Nanos, SEC};
-use elastic::config::parse_size;
+use elastic::config::{parse_size, MAX_TIME_S};
 use elastic::sim::{read_trace, simulate, SimTiming};
 use elastic::{Controller, ElasticConfig, PolicyKind, Sample, Volume, WasteMeter};
 use serde::{Deserialize, Serialize};
@@ -119,11 +119,17 @@ impl PolicyOpts {
             c.add_delay = a;
         }
         if let Some(f) = self.time_scale {
+            ensure!(
+                f.is_finite() && f > 0.0,
+                "--time-scale must be a positive number, got {f}"
+            );
             c.tmin_s *= f;
             c.tmax_s *= f;
             c.add_delay_s *= f;
             c.remove_delay_s *= f;
             c.reactive_interval_s *= f;
+            c.validate()
+                .with_context(|| format!("after scaling times by --time-scale {f}"))?;
         }
         c.validate()?;
         Ok(c)
@@ -139,16 +145,17 @@ pub struct SimArgs {
     pub usage_trace: PathBuf,
     #[command(flatten)]
     pub opts: PolicyOpts,
-    /// Seconds an add takes before the disk is usable.
+    /// Seconds an add takes before the disk is usable (0 to 31,622,400: a year).
     #[arg(long, default_value_t = 1.0)]
     pub add_s: f64,
-    /// Fixed seconds of a remove.
+    /// Fixed seconds of a remove (0 to 31,622,400: a year).
     #[arg(long, default_value_t = 1.0)]
     pub remove_s: f64,
-    /// MiB/s moved off a disk being removed.
+    /// MiB/s moved off a disk being removed (more than 0).
     #[arg(long, default_value_t = 100.0)]
     pub move_mibps: f64,
-    /// Simulate until this many seconds (default: the trace's end).
+    /// Simulate until this many seconds (default: the trace's end): not before
+    /// the trace's first point, at most a year (31,622,400 s) after it.
     #[arg(long)]
     pub end_s: Option<f64>,
     /// Write the 5-second series (t_s, used, expected, allocated) here.
@@ -162,13 +169,35 @@ pub struct SimArgs {
 /// Runs `flexssd sim elastic`.
 pub fn sim(a: &SimArgs) -> Result<()> {
     let cfg = a.opts.config()?;
+    for (flag, v) in [("--add-s", a.add_s), ("--remove-s", a.remove_s)] {
+        ensure!(
+            v.is_finite() && (0.0..=MAX_TIME_S).contains(&v),
+            "{flag} must be from 0 to {MAX_TIME_S} seconds, got {v}"
+        );
+    }
+    ensure!(
+        a.move_mibps.is_finite() && a.move_mibps > 0.0,
+        "--move-mibps must be a positive number, got {}",
+        a.move_mibps
+    );
     let trace = read_trace(&a.usage_trace)?;
     let timing = SimTiming {
         add_s: a.add_s,
         remove_s: a.remove_s,
-        move_bps: a.move_mibps * (1 << 20) as f64,
+        move_bps: (a.move_mibps * (1 << 20) as f64).max(1.0),
     };
-    let end = a.end_s.map(|s| (s * SEC as f64) as Nanos);
+    let end = match a.end_s {
+        Some(s) => {
+            let first = trace.first().map_or(0.0, |p| p.t as f64 / SEC as f64);
+            ensure!(
+                s.is_finite() && s >= first && s - first <= MAX_TIME_S,
+                "--end-s must be from the trace's first point, {first} s, to {MAX_TIME_S} s \
+                 after it, got {s}"
+            );
+            Some((s * SEC as f64).round() as Nanos)
+        }
+        None => None,
+    };
     let r = simulate(&cfg, &trace, timing, end)?;
     if let Some(p) = &a.csv {
         let mut f = std::fs::File::create(p).with_context(|| format!("create {}", p.display()))?;

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, Subcommand};
 use plotters::prelude::*;
 
@@ -75,10 +75,15 @@ fn read_points(path: &Path, sc: &str, xc: &str, yc: &str) -> Result<Series> {
         .headers()
         .with_context(|| format!("{}: no header row", path.display()))?
         .clone();
+    let columns = if hdr.is_empty() {
+        "the header row is empty".to_string()
+    } else {
+        format!("columns: {}", hdr.iter().collect::<Vec<_>>().join(", "))
+    };
     let col = |name: &str| {
         hdr.iter()
             .position(|h| h == name)
-            .with_context(|| format!("{}: no column {name:?} (columns: {hdr:?})", path.display()))
+            .with_context(|| format!("{}: no column {name:?} ({columns})", path.display()))
     };
     let (si, xi, yi) = (col(sc)?, col(xc)?, col(yc)?);
     let mut out = Series::new();
@@ -87,9 +92,17 @@ fn read_points(path: &Path, sc: &str, xc: &str, yc: &str) -> Result<Series> {
         let rec = rec.with_context(|| format!("{}:{line}: malformed CSV", path.display()))?;
         let num = |i: usize, what: &str| -> Result<f64> {
             let v = rec.get(i).unwrap_or("");
-            v.trim()
-                .parse::<f64>()
-                .with_context(|| format!("{}:{line}: {what} {v:?} is not a number", path.display()))
+            let x = v.trim().parse::<f64>().with_context(|| {
+                format!("{}:{line}: {what} {v:?} is not a number", path.display())
+            })?;
+            // An infinite value has no place on an axis (and made the axis
+            // range infinite, on which the chart never finished drawing).
+            ensure!(
+                x.is_finite(),
+                "{}:{line}: {what} {v:?} is not a finite number",
+                path.display()
+            );
+            Ok(x)
         };
         let (x, y) = (num(xi, xc)?, num(yi, yc)?);
         out.entry(rec.get(si).unwrap_or("").to_string())
@@ -113,6 +126,7 @@ fn lines(a: &LinesArgs) -> Result<()> {
         (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
     }
     if let Some(h) = a.hline {
+        ensure!(h.is_finite(), "--hline must be a finite number, got {h}");
         (y0, y1) = (y0.min(h), y1.max(h));
     }
     for name in &a.scatter {
@@ -220,7 +234,54 @@ mod tests {
         let e = read_points(&p, "s", "x", "y").unwrap_err().to_string();
         assert!(e.contains("a.csv:3") && e.contains("oops"), "{e}");
         let e = read_points(&p, "s", "x", "nope").unwrap_err().to_string();
-        assert!(e.contains("no column \"nope\""), "{e}");
+        assert!(
+            e.ends_with("a.csv: no column \"nope\" (columns: s, x, y)"),
+            "{e}"
+        );
+        std::fs::write(&p, "\n").unwrap();
+        let e = read_points(&p, "s", "x", "y").unwrap_err().to_string();
+        assert!(
+            e.ends_with("a.csv: no column \"s\" (the header row is empty)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn refuses_values_that_are_not_finite() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("a.csv");
+        for (row, what) in [
+            ("a,1,inf", "y \"inf\""),
+            ("a,-inf,1", "x \"-inf\""),
+            ("a,1,NaN", "y \"NaN\""),
+            ("a,1e999,1", "x \"1e999\""),
+        ] {
+            std::fs::write(&p, format!("s,x,y\na,0,1\n{row}\n")).unwrap();
+            let e = read_points(&p, "s", "x", "y").unwrap_err().to_string();
+            assert!(
+                e.ends_with(&format!("a.csv:3: {what} is not a finite number")),
+                "{row}: {e}"
+            );
+        }
+        std::fs::write(&p, "s,x,y\na,0,1\na,1,2\n").unwrap();
+        for h in [f64::NAN, f64::INFINITY] {
+            let args = LinesArgs {
+                csv: p.clone(),
+                x: "x".into(),
+                y: "y".into(),
+                series: "s".into(),
+                out: d.path().join("a.svg"),
+                title: String::new(),
+                xlabel: None,
+                ylabel: None,
+                logy: false,
+                scatter: vec![],
+                hline: Some(h),
+            };
+            let e = run(&PlotCmd::Lines(args)).unwrap_err().to_string();
+            assert_eq!(e, format!("--hline must be a finite number, got {h}"));
+            assert!(!d.path().join("a.svg").exists(), "nothing is written");
+        }
     }
 
     #[test]

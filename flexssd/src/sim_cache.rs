@@ -10,8 +10,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use anyhow::{bail, Context, Result};
-use cache::sim::{run_matrix_with_progress, FileSource, Progress, Source};
+use anyhow::{bail, ensure, Context, Result};
+use cache::sim::{run_matrix_with_progress, FileSource, Progress, Source, MAX_SPAN_SECS};
 use cache::{CostModel, PolicyConfig, PolicyKind, RunResult, SimConfig, WritePolicy};
 use clap::Args;
 use clock::Clock;
@@ -78,7 +78,7 @@ pub struct CacheArgs {
     pub write_policy: WritePolicy,
     /// Stretch every tenant's timeline to this many seconds, so that traces of
     /// different lengths overlap for the whole run; a trace longer than the
-    /// span is cut there, not compressed.
+    /// span is cut there, not compressed. At most 18,446,744,073 (584 years).
     #[arg(long, value_name = "SECONDS")]
     pub span: Option<f64>,
     /// With --span: refuse to stretch any trace by more than this factor
@@ -145,6 +145,13 @@ fn config(a: &CacheArgs) -> Result<SimConfig> {
             .with_context(|| format!("cost config {}", p.display()))?,
         None => CostModel::default(),
     };
+    if let Some(s) = a.span {
+        ensure!(
+            s.is_finite() && s > 0.0 && s <= MAX_SPAN_SECS,
+            "--span must be more than 0 and at most {MAX_SPAN_SECS} seconds (past which \
+             stretched times overflow 64-bit nanoseconds), got {s}"
+        );
+    }
     let cfg = SimConfig {
         policy,
         cost,
@@ -287,7 +294,18 @@ fn opt(v: Option<f64>) -> String {
     v.map_or_else(String::new, |v| format!("{v:.6}"))
 }
 
-/// Long CSV: one row per (policy, size, tenant), the total included.
+/// `s` as one CSV field: as is, or quoted (RFC 4180, quotes doubled) where it
+/// holds a comma, a quote or a line break.
+fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\"")).into()
+    } else {
+        s.into()
+    }
+}
+
+/// Long CSV: one row per (policy, size, tenant), the total included; the
+/// label and tenant names are quoted where they need it.
 fn csv(label: &str, write_policy: WritePolicy, results: &[RunResult]) -> String {
     let mut s = String::from(
         "label,policy,cache_bytes,cache_mib,tenant,requests,accesses,read_hits,read_misses,write_hits,write_misses,hit_ratio,read_hit_ratio,write_hit_ratio,cost_us,baseline_cost_us,normalised_cost,move_cost_us,evicted_lines,writebacks,migrated_lines,elapsed_s,requests_per_s,write_policy\n",
@@ -298,11 +316,11 @@ fn csv(label: &str, write_policy: WritePolicy, results: &[RunResult]) -> String 
             let _ = writeln!(
                 s,
                 "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.1},{},{:.1},{},{},{},{},{},{}",
-                label,
+                csv_field(label),
                 r.policy,
                 r.cache_bytes,
                 r.cache_bytes as f64 / (1u64 << 20) as f64,
-                t.name.replace(',', ";"),
+                csv_field(&t.name),
                 t.requests,
                 t.accesses(),
                 t.read_hits,
@@ -580,5 +598,64 @@ mod tests {
         ]);
         let e = format!("{:#}", run(&a, &clock::VirtualClock::new(0)).unwrap_err());
         assert!(e.contains("floppy_us") && e.contains("bad.toml"), "{e}");
+    }
+
+    #[test]
+    fn a_span_past_64_bit_nanoseconds_is_refused() {
+        for span in ["2e10", "1e300", "0", "NaN"] {
+            let a = args(&["--trace", "disksim:t", "--cache-size", "1M", "--span", span]);
+            let e = config(&a).unwrap_err().to_string();
+            assert!(
+                e.starts_with("--span must be more than 0 and at most 18446744073 seconds"),
+                "{span}: {e}"
+            );
+        }
+        let a = args(&[
+            "--trace",
+            "disksim:t",
+            "--cache-size",
+            "1M",
+            "--span",
+            "18446744073",
+        ]);
+        assert_eq!(config(&a).unwrap().span_secs, Some(18_446_744_073.0));
+    }
+
+    #[test]
+    fn labels_and_tenant_names_are_quoted_where_csv_needs_it() {
+        assert_eq!(csv_field("mix"), "mix");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("two\nlines"), "\"two\nlines\"");
+
+        let d = tempfile::tempdir().unwrap();
+        let t = trace_file(d.path());
+        let odd = d.path().join("we,ird.disksim");
+        std::fs::copy(&t, &odd).unwrap();
+        let csv_path = d.path().join("r.csv");
+        let a = args(&[
+            "--trace",
+            &format!("disksim:{}", odd.display()),
+            "--policy",
+            "glru",
+            "--cache-size",
+            "1M",
+            "--csv",
+            csv_path.to_str().unwrap(),
+            "--label",
+            "mix, \"1\"",
+        ]);
+        run(&a, &clock::VirtualClock::new(0)).unwrap();
+        let mut rd = csv::Reader::from_path(&csv_path).unwrap();
+        let width = rd.headers().unwrap().len();
+        let rows: Vec<csv::StringRecord> = rd.records().map(Result::unwrap).collect();
+        assert_eq!(rows.len(), 2);
+        for r in &rows {
+            assert_eq!(r.len(), width, "{r:?}");
+            assert_eq!(&r[0], "mix, \"1\"");
+            assert_eq!(&r[23], "write-through");
+        }
+        assert_eq!(&rows[0][4], "we,ird.disksim");
+        assert_eq!(&rows[1][4], "total");
     }
 }

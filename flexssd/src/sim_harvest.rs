@@ -132,6 +132,10 @@ pub fn run(a: &HarvestArgs, wall: &dyn Clock) -> Result<()> {
         ),
         None => None,
     };
+    if let (Some(c), Some(p)) = (&learned, &a.predictor_config) {
+        c.validate()
+            .with_context(|| format!("--predictor-config {}", p.display()))?;
+    }
     let cfg = FleetConfig {
         regular: a.regular,
         harvest: a.harvest,

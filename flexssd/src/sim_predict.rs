@@ -102,14 +102,15 @@ pub struct Row {
     pub ratio_pct: f64,
     /// Predictions judged.
     pub n: u64,
-    /// Share accurate.
-    pub accuracy: f64,
+    /// Share accurate; None (JSON null, an empty CSV field) when `n` is 0, as
+    /// are the shares below.
+    pub accuracy: Option<f64>,
     /// Share above the actual.
-    pub over: f64,
+    pub over: Option<f64>,
     /// Share below the actual.
-    pub under: f64,
+    pub under: Option<f64>,
     /// Share of resources (levels) or time (durations) left idle.
-    pub waste: f64,
+    pub waste: Option<f64>,
 }
 
 /// One point of a model's accuracy/waste trade-off on one input (ratio 0).
@@ -687,7 +688,8 @@ fn rows_of(s: &Series, e: &Eval, ratios: &[f64], run: &[bool; 4]) -> (Vec<Row>, 
             }
             for (ri, r) in ratios.iter().enumerate() {
                 let ta = &e.t[mi][md][ri];
-                let n = ta.n.max(1) as f64;
+                let n = ta.n as f64;
+                let judged = |v: f64| (ta.n > 0).then_some(v);
                 out.push(Row {
                     input: s.name.clone(),
                     source: s.source,
@@ -695,10 +697,10 @@ fn rows_of(s: &Series, e: &Eval, ratios: &[f64], run: &[bool; 4]) -> (Vec<Row>, 
                     model: mname,
                     ratio_pct: *r,
                     n: ta.n,
-                    accuracy: ta.accuracy(),
-                    over: ta.over as f64 / n,
-                    under: ta.under as f64 / n,
-                    waste: ta.waste(mi == 0),
+                    accuracy: judged(ta.accuracy()),
+                    over: judged(ta.over as f64 / n),
+                    under: judged(ta.under as f64 / n),
+                    waste: judged(ta.waste(mi == 0)),
                 });
             }
             for (ki, knob) in knobs(mi == 0, md).into_iter().enumerate() {
@@ -731,6 +733,10 @@ pub fn run(a: &PredictArgs) -> Result<()> {
         .with_context(|| format!("parse {}", p.display()))?,
         None => PredictorConfig::default(),
     };
+    if let Some(p) = &a.config {
+        cfg.validate()
+            .with_context(|| format!("--config {}", p.display()))?;
+    }
     if a.ratios.iter().any(|r| !r.is_finite() || *r < 0.0) {
         bail!("--ratios must be non-negative percentages");
     }
@@ -893,11 +899,21 @@ pub fn run(a: &PredictArgs) -> Result<()> {
     let mut rows: Vec<Row> = Vec::new();
     let mut trade: Vec<TradeRow> = Vec::new();
     let mut costs: BTreeMap<(&'static str, &'static str, usize), Cost> = BTreeMap::new();
+    // Series with no prediction judged at all: too short.
+    let mut short: Vec<String> = Vec::new();
     for (si, r) in results.into_iter().enumerate() {
         let (r, t, c) = r.expect("every series ran");
+        let s = &series[si];
+        if r.iter().all(|x| x.n == 0) {
+            short.push(format!(
+                "{} ({:?}, {} windows)",
+                s.name,
+                s.kind,
+                s.levels.len()
+            ));
+        }
         rows.extend(r);
         trade.extend(t);
-        let s = &series[si];
         let res = if s.kind == Kind::Capacity {
             "capacity"
         } else {
@@ -908,6 +924,26 @@ pub fn run(a: &PredictArgs) -> Result<()> {
                 costs.entry((s.source, res, md)).or_default().add(&c[md]);
             }
         }
+    }
+    let needs = format!(
+        "a series needs the level models' sequence length ({} windows for bandwidth, {} \
+         for capacity), {WARMUP} warm-up predictions and one judged: {} and {} windows",
+        cfg.bandwidth.seq_len,
+        cfg.capacity.seq_len,
+        cfg.bandwidth.seq_len + WARMUP + 1,
+        cfg.capacity.seq_len + WARMUP + 1
+    );
+    if rows.iter().all(|r| r.n == 0) {
+        bail!(
+            "no input is long enough to evaluate ({needs}): {}",
+            short.join(", ")
+        );
+    }
+    if !short.is_empty() {
+        eprintln!(
+            "sim predict: too short to evaluate, left out of the averages ({needs}): {}",
+            short.join(", ")
+        );
     }
     if let Some(p) = &a.csv {
         let mut w = csv::Writer::from_path(p).with_context(|| format!("create {}", p.display()))?;
@@ -1010,10 +1046,11 @@ fn averages(rows: &[Row]) -> Vec<Avg> {
                 out.last_mut().expect("pushed")
             }
         };
-        e.4[0] += r.accuracy;
-        e.4[1] += r.over;
-        e.4[2] += r.under;
-        e.4[3] += r.waste;
+        // n > 0: every share is there.
+        e.4[0] += r.accuracy.unwrap_or_default();
+        e.4[1] += r.over.unwrap_or_default();
+        e.4[2] += r.under.unwrap_or_default();
+        e.4[3] += r.waste.unwrap_or_default();
         e.4[4] += 1.0;
     }
     for e in &mut out {

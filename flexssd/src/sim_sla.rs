@@ -25,7 +25,7 @@ use sla::experiment::{run_method, ExperimentConfig, Method, Outcome};
 use sla::placement::{Metric, NewUnitPolicy};
 use sla::tenants::{
     peak_total, scale_to_peak, synthetic_population, throughput_samples, GenParams, IoEvent,
-    Workload,
+    Workload, MAX_WINDOWS,
 };
 use sla::Curve;
 
@@ -61,10 +61,11 @@ pub struct PlacementArgs {
     #[arg(long = "trace", value_name = "FORMAT:PATH")]
     pub traces: Vec<String>,
     /// Throughput windows per trace file (window = file's time span / this),
-    /// unless --window-ms is given.
+    /// unless --window-ms is given; 1 to 1,000,000.
     #[arg(long, default_value_t = 60)]
     pub windows: u64,
-    /// Fixed throughput window in milliseconds for every trace.
+    /// Fixed throughput window in milliseconds for every trace: at least
+    /// 0.001 (1 µs), and at most 1,000,000 windows over a trace's span.
     #[arg(long)]
     pub window_ms: Option<f64>,
     /// Volumes with fewer busy windows are left out of the trace pool.
@@ -200,12 +201,15 @@ struct Row {
     per_type: String,
     /// Disks used relative to SLA curves with random placement (mean over
     /// mean): the paper's "IOPS wastes about 4x" and "curves improve on
-    /// weighted IOPS by 41 % / 15 %" compare against this.
-    vs_sla_random: f64,
-    /// Disks used relative to Regulator (mean over mean).
-    vs_regulator: f64,
-    /// Share of this method's disks Regulator saves, percent.
-    regulator_saves_pct: f64,
+    /// weighted IOPS by 41 % / 15 %" compare against this. None (JSON null,
+    /// an empty CSV field) where random placement used no disk.
+    vs_sla_random: Option<f64>,
+    /// Disks used relative to Regulator (mean over mean); None where
+    /// Regulator used no disk.
+    vs_regulator: Option<f64>,
+    /// Share of this method's disks Regulator saves, percent; None where this
+    /// method used no disk.
+    regulator_saves_pct: Option<f64>,
 }
 
 /// One trial of one cell.
@@ -268,22 +272,32 @@ fn trace_pool(a: &PlacementArgs) -> Result<Vec<PoolEntry>> {
         }
         ensure!(!by_volume.is_empty(), "trace {spec}: no requests");
         let window_ns = match a.window_ms {
-            Some(ms) => {
-                ensure!(
-                    ms.is_finite() && ms > 0.0,
-                    "--window-ms must be positive, got {ms}"
-                );
-                (ms * 1e6).round().max(1.0) as u64
-            }
+            // Checked by `validate`: at least MIN_WINDOW_MS.
+            Some(ms) => (ms * 1e6).round() as u64,
             None => ((t1 - t0) / a.windows.max(1)).max(1),
         };
+        let windows = (t1 - t0) / window_ns + 1;
+        if windows > MAX_WINDOWS {
+            let flag = match a.window_ms {
+                Some(ms) => format!("--window-ms {ms}"),
+                // A span of fewer nanoseconds than --windows: 1 ns windows.
+                None => format!("--windows {} (windows of {window_ns} ns)", a.windows),
+            };
+            bail!(
+                "trace {spec}: {flag} makes {windows} windows over its span of {:.3} s, \
+                 more than {MAX_WINDOWS}; use --window-ms {} or more",
+                (t1 - t0) as f64 / 1e9,
+                (((t1 - t0) / MAX_WINDOWS + 1) as f64 / 1e6).max(MIN_WINDOW_MS)
+            );
+        }
         let file = Path::new(spec.split_once(':').map_or(spec.as_str(), |s| s.1))
             .file_name()
             .map_or_else(|| spec.clone(), |f| f.to_string_lossy().into_owned());
         let volumes = by_volume.len();
         let mut left_out = 0;
         for (volume, events) in by_volume {
-            let s = throughput_samples(events, window_ns);
+            let s = throughput_samples(events, window_ns)
+                .with_context(|| format!("trace {spec} volume {volume}"))?;
             if s.busy_windows < a.min_busy_windows {
                 left_out += 1;
                 continue;
@@ -387,8 +401,23 @@ fn populations(
     Ok(out)
 }
 
+/// The shortest `--window-ms`: 1 µs (the finest traces stamp requests in
+/// 100 ns units; a shorter window holds at most one request).
+const MIN_WINDOW_MS: f64 = 0.001;
+
 fn validate(a: &PlacementArgs) -> Result<()> {
     ensure!(a.tenants > 0, "--tenants must be at least 1");
+    ensure!(
+        (1..=MAX_WINDOWS).contains(&a.windows),
+        "--windows must be from 1 to {MAX_WINDOWS}, got {}",
+        a.windows
+    );
+    if let Some(ms) = a.window_ms {
+        ensure!(
+            ms.is_finite() && ms >= MIN_WINDOW_MS,
+            "--window-ms must be at least {MIN_WINDOW_MS} (1 µs), got {ms}"
+        );
+    }
     ensure!(a.trials > 0, "--trials must be at least 1");
     ensure!(!a.percentiles.is_empty(), "--percentiles is empty");
     ensure!(
@@ -589,13 +618,9 @@ fn summarize(source: &str, tenants: usize, trials: &[TrialResult]) -> Vec<Row> {
                     .map(|(n, c)| format!("{n}:{c}"))
                     .collect::<Vec<_>>()
                     .join(" "),
-                vs_sla_random: if sm > 0.0 { dm / sm } else { f64::NAN },
-                vs_regulator: if rm > 0.0 { dm / rm } else { f64::NAN },
-                regulator_saves_pct: if dm > 0.0 {
-                    100.0 * (1.0 - rm / dm)
-                } else {
-                    f64::NAN
-                },
+                vs_sla_random: (sm > 0.0).then(|| dm / sm),
+                vs_regulator: (rm > 0.0).then(|| dm / rm),
+                regulator_saves_pct: (dm > 0.0).then(|| 100.0 * (1.0 - rm / dm)),
             }
         })
         .collect()
@@ -691,7 +716,8 @@ fn print_table(
         };
         let save = |m: Method| {
             get(m).map_or("-".to_string(), |x| {
-                format!("{:.1}%", x.regulator_saves_pct)
+                x.regulator_saves_pct
+                    .map_or("n/a".to_string(), |v| format!("{v:.1}%"))
             })
         };
         println!(
@@ -739,7 +765,7 @@ fn print_table(
                 } else {
                     x.vs_sla_random
                 };
-                format!("{v:.2}x")
+                v.map_or("n/a".to_string(), |v| format!("{v:.2}x"))
             })
         };
         println!(
@@ -755,6 +781,17 @@ fn print_table(
     let rejected: usize = rows.iter().map(|r| r.rejected_total).sum();
     if rejected > 0 {
         println!("\n{rejected} tenant placement(s) rejected by admission control (see --json).");
+    }
+    let none_placed: Vec<String> = rows
+        .iter()
+        .filter(|r| r.rejected_total >= r.trials * r.tenants)
+        .map(|r| format!("{} {} {}", r.group, r.percentile.name(), r.method))
+        .collect();
+    if !none_placed.is_empty() {
+        println!(
+            "No tenant was placed (every one rejected, so no disk used and the ratios are n/a) in: {}.",
+            none_placed.join(", ")
+        );
     }
     let types: Vec<String> = rows
         .iter()

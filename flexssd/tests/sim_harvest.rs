@@ -358,5 +358,16 @@ fn learned_predictors_take_their_settings_from_a_file() {
     );
     std::fs::write(&f, "[quantile]\nduration_quantile = 1.5\n").unwrap();
     let e = fails(&args(true));
-    assert!(e.contains("quantiles must lie in 0..=1"), "{e}");
+    assert!(
+        e.contains("learned.toml")
+            && e.contains("quantile.duration_quantile = 1.5: must be a number from 0 to 1"),
+        "{e}"
+    );
+    // Every setting is checked, the LSTMs' too, naming its key.
+    std::fs::write(&f, "epochs = 0\n").unwrap();
+    let e = fails(&args(true));
+    assert!(
+        e.contains("learned.toml") && e.contains("epochs = 0: must be from 1 to 10000"),
+        "{e}"
+    );
 }

@@ -280,3 +280,84 @@ fn bad_inputs_are_named() {
     let e = fails(&["--split", split.to_str().unwrap(), "--input", &good_in]);
     assert!(e.contains("either --split or --input"), "{e}");
 }
+
+#[test]
+fn inputs_too_short_to_evaluate_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    // 36 s: two windows of 18 s, none of them judged.
+    let short = dir.path().join("short-bw.txt");
+    std::fs::write(&short, "total_obs: 1\n36 1\n").unwrap();
+    let short_in = format!("blockflex:{}", short.display());
+    let e = fails(&["--input", &short_in, "--models", "quantile"]);
+    assert!(
+        e.contains("no input is long enough to evaluate")
+            && e.contains("short-bw.txt (Bandwidth, 2 windows)")
+            && e.contains("9 and 9 windows"),
+        "{e}"
+    );
+    // Beside a long enough input: run, warn, and give no accuracy for it.
+    let good = dir.path().join("ok-bw.txt");
+    std::fs::write(&good, "total_obs: 1\n360 1\n").unwrap();
+    let good_in = format!("blockflex:{}", good.display());
+    let out = support::sim(
+        "predict",
+        &[
+            "--input", &short_in, "--input", &good_in, "--models", "quantile", "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("too short to evaluate, left out of the averages")
+            && err.contains("short-bw.txt (Bandwidth, 2 windows)")
+            && !err.contains("ok-bw.txt ("),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    assert!(!rows.is_empty());
+    for r in rows {
+        let n = r["n"].as_u64().unwrap();
+        if r["input"] == "short-bw.txt" {
+            assert_eq!(n, 0, "{r}");
+        } else if r["metric"] == "bandwidth" {
+            assert!(n > 0, "{r}");
+        }
+        // Nothing judged, no share: null, not 0.
+        for k in ["accuracy", "over", "under", "waste"] {
+            assert_eq!(r[k].is_null(), n == 0, "{k}: {r}");
+        }
+    }
+}
+
+#[test]
+fn a_bad_config_is_blamed_not_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("ok-bw.txt");
+    std::fs::write(&good, "total_obs: 1\n360 1\n").unwrap();
+    let good_in = format!("blockflex:{}", good.display());
+    let cfg = dir.path().join("c.toml");
+    for (toml, msg) in [
+        ("levels = 0\n", "levels = 0: must be from 1 to 256"),
+        (
+            "levels = 100000\n",
+            "levels = 100000: must be from 1 to 256",
+        ),
+        ("ratio = nan\n", "ratio = NaN: must be a number from 0 to 1"),
+        ("ratio = -1.0\n", "ratio = -1: must be a number from 0 to 1"),
+        (
+            "train_every_s = 0.0\n",
+            "train_every_s = 0: must be a number from 0.001",
+        ),
+        ("epochs = 0\n", "epochs = 0: must be from 1 to 10000"),
+    ] {
+        std::fs::write(&cfg, toml).unwrap();
+        let e = fails(&["--input", &good_in, "--config", cfg.to_str().unwrap()]);
+        assert!(e.contains("c.toml") && e.contains(msg), "{toml}: {e}");
+        assert!(!e.contains("ok-bw.txt"), "{toml}: {e}");
+    }
+}

@@ -175,6 +175,91 @@ fn tenants_from_a_trace() {
     // A bad trace is named.
     let e = fails(&["--trace", "msr:/nonexistent/trace.csv"]);
     assert!(e.contains("/nonexistent/trace.csv"), "{e}");
+    // Windows: a count in range, a window not too short, and not too many of
+    // them over the trace (a 1 µs window over 39 s once ran out of memory).
+    for (flag, v, msg) in [
+        (
+            "--windows",
+            "0",
+            "--windows must be from 1 to 1000000, got 0",
+        ),
+        (
+            "--windows",
+            "1000000000",
+            "--windows must be from 1 to 1000000, got 1000000000",
+        ),
+        (
+            "--window-ms",
+            "0.000001",
+            "--window-ms must be at least 0.001 (1 µs), got 0.000001",
+        ),
+        ("--window-ms", "NaN", "--window-ms must be at least 0.001"),
+        ("--window-ms", "inf", "--window-ms must be at least 0.001"),
+    ] {
+        let e = fails(&["--trace", &spec, flag, v]);
+        assert!(e.contains(msg), "{flag} {v}: {e}");
+    }
+    let e = fails(&["--trace", &spec, "--window-ms", "0.001"]);
+    assert!(
+        e.contains("t.csv: --window-ms 0.001 makes 39000001 windows over its span of 39.000 s, more than 1000000; use --window-ms 0.039001 or more"),
+        "{e}"
+    );
+    ok(&[
+        "--trace",
+        &spec,
+        "--tenants",
+        "2",
+        "--trials",
+        "1",
+        "--window-ms",
+        "0.039001",
+        "--min-busy-windows",
+        "1",
+    ]);
+}
+
+#[test]
+fn no_tenant_placed_gives_no_ratio_not_nan() {
+    let d = tempfile::tempdir().unwrap();
+    let csv = d.path().join("sla.csv");
+    let args = [
+        "--trials",
+        "1",
+        "--tenants",
+        "20",
+        "--size-min",
+        "1e12",
+        "--size-max",
+        "1e13",
+        "--groups",
+        "read",
+        "--percentiles",
+        "p99",
+        "--csv",
+        path(&csv),
+    ];
+    let table = ok(&args);
+    assert!(!table.contains("NaN"), "{table}");
+    assert!(table.contains("n/a"), "{table}");
+    assert!(
+        table.contains("No tenant was placed (every one rejected, so no disk used and the ratios are n/a) in: read p99 iops, read p99 weighted-iops, read p99 sla-random, read p99 regulator."),
+        "{table}"
+    );
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(!text.contains("NaN"), "{text}");
+    let rows = csv_rows(&csv);
+    assert_eq!(rows.len(), 4);
+    for r in &rows {
+        assert_eq!(r["rejected_total"], "20", "{r:?}");
+        for k in ["vs_sla_random", "vs_regulator", "regulator_saves_pct"] {
+            assert_eq!(r[k], "", "{k}: {r:?}");
+        }
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&[&args[..12], &["--json"]].concat())).unwrap();
+    for r in json["rows"].as_array().unwrap() {
+        assert!(r["vs_regulator"].is_null(), "{r}");
+    }
 }
 
 #[test]

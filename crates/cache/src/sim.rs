@@ -48,6 +48,11 @@ use crate::{
     PolicyVisitor, TenantOccupancy, WritePolicy, Zones, BLOCK_BYTES, LINE_BITS, MAX_LINE,
 };
 
+/// The longest `span_secs`: 18,446,744,073 s, the most whole seconds 64-bit
+/// nanoseconds hold. Stretched times reach the span, and a longer one would
+/// saturate them all at `u64::MAX`, silently changing the results.
+pub const MAX_SPAN_SECS: f64 = 18_446_744_073.0;
+
 /// Everything a run needs besides the traces, the policy and the size.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -76,6 +81,12 @@ impl SimConfig {
             if !(s.is_finite() && s > 0.0) {
                 return Err(CacheError::Config(format!(
                     "span_secs = {s}: must be positive"
+                )));
+            }
+            if s > MAX_SPAN_SECS {
+                return Err(CacheError::Config(format!(
+                    "span_secs = {s}: more than {MAX_SPAN_SECS} s (584 years), past which \
+                     stretched times overflow 64-bit nanoseconds"
                 )));
             }
         }
@@ -1113,6 +1124,30 @@ mod tests {
         .is_err());
         // Without a cap any stretch goes.
         run_one(&s[..1], PolicyKind::Glru, 1 << 20, &cfg(1000.0, None)).unwrap();
+    }
+
+    /// A span past 2^64 ns once saturated every stretched time, silently.
+    #[test]
+    fn a_span_that_overflows_nanoseconds_is_refused() {
+        let span = |s: f64| SimConfig {
+            span_secs: Some(s),
+            ..SimConfig::default()
+        };
+        span(MAX_SPAN_SECS).validate().unwrap();
+        assert!((MAX_SPAN_SECS * 1e9) < u64::MAX as f64);
+        assert!(((MAX_SPAN_SECS + 1.0) * 1e9) > u64::MAX as f64);
+        for s in [1.9e10, 1e300] {
+            let e = span(s).validate().unwrap_err().to_string();
+            assert!(e.contains("more than 18446744073 s"), "{e}");
+        }
+        let reqs = vec![
+            req(0, 0, Op::Read, 0, 4096),
+            req(1_000_000_000, 0, Op::Read, 0, 4096),
+        ];
+        let e = run_one(&[src("a", reqs)], PolicyKind::Glru, 1 << 20, &span(2e10))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("span_secs = 20000000000"), "{e}");
     }
 
     #[test]

@@ -264,6 +264,18 @@ impl Default for ElasticConfig {
     }
 }
 
+/// The shortest probing interval (`tmin_s`, `tmax_s`, `reactive_interval_s`):
+/// 1 ms. A probe reads the file system's usage, which takes about that long;
+/// a shorter interval (say `--time-scale 1e-12`) only makes a replay step
+/// through the trace nanosecond by nanosecond.
+pub const MIN_INTERVAL_S: f64 = 0.001;
+
+/// The longest time the configuration and a replay deal in: 366 days, in
+/// seconds. Intervals and delays beyond it are mistakes (units), and times in
+/// nanoseconds stay far from `u64::MAX` (584 years), so that no sum of them
+/// wraps.
+pub const MAX_TIME_S: f64 = 366.0 * 24.0 * 3600.0;
+
 fn secs(s: f64) -> Nanos {
     (s * SEC as f64).round() as Nanos
 }
@@ -300,16 +312,20 @@ impl ElasticConfig {
             ("tmax_s", self.tmax_s),
             ("reactive_interval_s", self.reactive_interval_s),
         ] {
-            if !(v.is_finite() && v > 0.0) {
-                return bad(format!("{n} must be a positive number of seconds, not {v}"));
+            if !(v.is_finite() && (MIN_INTERVAL_S..=MAX_TIME_S).contains(&v)) {
+                return bad(format!(
+                    "{n} must be from {MIN_INTERVAL_S} to {MAX_TIME_S} seconds, not {v}"
+                ));
             }
         }
         for (n, v) in [
             ("add_delay_s", self.add_delay_s),
             ("remove_delay_s", self.remove_delay_s),
         ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return bad(format!("{n} must be 0 or more seconds, not {v}"));
+            if !(v.is_finite() && (0.0..=MAX_TIME_S).contains(&v)) {
+                return bad(format!(
+                    "{n} must be from 0 to {MAX_TIME_S} seconds, not {v}"
+                ));
             }
         }
         if self.tmin_s > self.tmax_s {
@@ -469,5 +485,28 @@ mod tests {
         );
         let c = ElasticConfig::from_toml("short_term = 'horizon'").unwrap();
         assert_eq!(c.short_term, ShortTerm::Horizon);
+    }
+
+    #[test]
+    fn intervals_and_delays_stay_in_range() {
+        for (key, v) in [
+            ("tmin_s", "1e-12"),
+            ("reactive_interval_s", "0.0001"),
+            ("tmax_s", "1e30"),
+            ("add_delay_s", "1e30"),
+            ("remove_delay_s", "nan"),
+            ("add_delay_s", "-1.0"),
+        ] {
+            let e = ElasticConfig::from_toml(&format!("{key} = {v}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("{key} must be from")),
+                "{key} = {v}: {e}"
+            );
+        }
+        let c = ElasticConfig::from_toml("tmin_s = 0.001\ntmax_s = 31622400.0\nadd_delay_s = 0.0")
+            .unwrap();
+        assert_eq!(c.tmin(), 1_000_000);
     }
 }

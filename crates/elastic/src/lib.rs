@@ -47,6 +47,9 @@ pub enum Error {
         /// What is wrong with it.
         msg: String,
     },
+    /// A replay's options are out of range (its end, its timing).
+    #[error("replay: {0}")]
+    Replay(String),
     /// The volume refused or failed an operation (the volume is left consistent).
     #[error("volume: {0}")]
     Volume(String),

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use clock::{Nanos, SEC};
 use serde::{Deserialize, Serialize};
 
-use crate::config::ElasticConfig;
+use crate::config::{ElasticConfig, MAX_TIME_S};
 use crate::controller::{Controller, Sample};
 use crate::metrics::{Summary, WasteMeter};
 use crate::volume::{DiskInfo, DiskState, FsStats, Volume};
@@ -33,6 +33,27 @@ pub struct SimTiming {
     pub remove_s: f64,
     /// Bytes per second the file system moves off a disk being removed.
     pub move_bps: f64,
+}
+
+impl SimTiming {
+    /// Checks that the times are finite, from 0 to [`MAX_TIME_S`] seconds, and
+    /// the move rate finite and positive; a field out of range is named.
+    pub fn validate(&self) -> Result<()> {
+        for (n, v) in [("add_s", self.add_s), ("remove_s", self.remove_s)] {
+            if !(v.is_finite() && (0.0..=MAX_TIME_S).contains(&v)) {
+                return Err(Error::Replay(format!(
+                    "{n} must be from 0 to {MAX_TIME_S} seconds, not {v}"
+                )));
+            }
+        }
+        if !(self.move_bps.is_finite() && self.move_bps >= 1.0) {
+            return Err(Error::Replay(format!(
+                "move_bps must be a finite number of at least 1 byte per second, not {}",
+                self.move_bps
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Default for SimTiming {
@@ -63,7 +84,8 @@ pub struct TracePoint {
 /// `used` column (bytes), optionally `written` (cumulative bytes) and `pending`
 /// (bytes, or empty where the file system did not report them). Other columns are
 /// ignored, so a `flexssd elastic run --csv` file replays as is. Lines starting with
-/// `#` are comments.
+/// `#` are comments. Times run from 0 to [`MAX_TIME_S`] seconds, byte counts below
+/// 2^64; a value outside is an error naming its line.
 pub fn read_trace(path: &Path) -> Result<Vec<TracePoint>> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| Error::Trace {
@@ -104,26 +126,34 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TracePoint>> {
     let mut out: Vec<TracePoint> = Vec::new();
     for (i, l) in lines {
         let f: Vec<&str> = l.split(',').map(str::trim).collect();
-        let get = |c: usize, what: &str| -> Result<f64> {
+        let get = |c: usize, what: &str, max: f64| -> Result<f64> {
             let s = f
                 .get(c)
                 .ok_or_else(|| err(i + 1, format!("missing {what} column")))?;
-            s.parse::<f64>()
+            let v = s
+                .parse::<f64>()
                 .ok()
                 .filter(|v| v.is_finite() && *v >= 0.0)
-                .ok_or_else(|| err(i + 1, format!("{what} {s:?} is not a number ≥ 0")))
+                .ok_or_else(|| err(i + 1, format!("{what} {s:?} is not a number ≥ 0")))?;
+            if v > max {
+                return Err(err(i + 1, format!("{what} {s:?} is over {max}")));
+            }
+            Ok(v)
         };
-        let t = (get(ti, "t_s")? * SEC as f64).round() as Nanos;
+        // Byte counts: below 2^64 (as f64, the largest one under it).
+        const MAX_BYTES: f64 = 18_446_744_073_709_549_568.0;
+        let bytes = |c: usize, what: &str| get(c, what, MAX_BYTES).map(|v| v as u64);
+        let t = (get(ti, "t_s", MAX_TIME_S)? * SEC as f64).round() as Nanos;
         if out.last().is_some_and(|p| p.t > t) {
             return Err(err(i + 1, format!("time {} goes backwards", f[ti])));
         }
-        let used = get(ui, "used")? as u64;
+        let used = bytes(ui, "used")?;
         let written = match wi {
-            Some(c) => Some(get(c, "written")? as u64),
+            Some(c) => Some(bytes(c, "written")?),
             None => None,
         };
         let pending = match pi {
-            Some(c) if f.get(c).is_some_and(|s| !s.is_empty()) => Some(get(c, "pending")? as u64),
+            Some(c) if f.get(c).is_some_and(|s| !s.is_empty()) => Some(bytes(c, "pending")?),
             _ => None,
         };
         out.push(TracePoint {
@@ -259,7 +289,7 @@ impl Volume for TraceVolume {
     }
 
     fn add_disk(&mut self, bytes: u64, now: Nanos) -> Result<u64> {
-        let ready = now + (self.timing.add_s * SEC as f64) as Nanos;
+        let ready = now.saturating_add((self.timing.add_s * SEC as f64) as Nanos);
         self.next_id += 1;
         self.disks.push(DiskInfo {
             name: format!("disk{}", self.next_id),
@@ -294,7 +324,7 @@ impl Volume for TraceVolume {
         };
         let moved = pool[i].1 as f64;
         let secs = self.timing.remove_s + moved / self.timing.move_bps.max(1.0);
-        let done = now + (secs * SEC as f64) as Nanos;
+        let done = now.saturating_add((secs * SEC as f64) as Nanos);
         self.disks.remove(i);
         let size = self.size();
         self.push_timeline(done, size);
@@ -319,15 +349,33 @@ pub struct SimResult {
 }
 
 /// Replays `trace` through the controller `cfg` names until `end` (default: the
-/// trace's last point).
+/// trace's last point). The end must not be before the trace's first point, nor
+/// more than [`MAX_TIME_S`] after it; the timing must pass [`SimTiming::validate`].
 pub fn simulate(
     cfg: &ElasticConfig,
     trace: &[TracePoint],
     timing: SimTiming,
     end: Option<Nanos>,
 ) -> Result<SimResult> {
+    cfg.validate()?;
+    timing.validate()?;
     let t0 = trace.first().map(|p| p.t).unwrap_or(0);
     let end = end.unwrap_or_else(|| trace.last().map(|p| p.t).unwrap_or(0));
+    let secs = |t: Nanos| t as f64 / SEC as f64;
+    if end < t0 {
+        return Err(Error::Replay(format!(
+            "the end, {} s, is before the trace's first point at {} s",
+            secs(end),
+            secs(t0)
+        )));
+    }
+    if secs(end - t0) > MAX_TIME_S {
+        return Err(Error::Replay(format!(
+            "the end, {} s, is more than {MAX_TIME_S} s after the trace's first point at {} s",
+            secs(end),
+            secs(t0)
+        )));
+    }
     let vol = TraceVolume::from_trace(trace, timing);
     let mut ctl = Controller::start(cfg, vol, t0)?;
     // the first disk is there from the start
@@ -339,7 +387,10 @@ pub fn simulate(
     while now <= end {
         let (s, next) = ctl.step(now, &|| busy.load(Ordering::Relaxed).max(now))?;
         samples.push(s);
-        now = (now + next.max(1)).max(busy.load(Ordering::Relaxed));
+        // Saturating: `now` then passes any `end` the checks above allow.
+        now = now
+            .saturating_add(next.max(1))
+            .max(busy.load(Ordering::Relaxed));
     }
     // Usage and allocation as step functions: usage at every trace point and probe,
     // allocation from the timeline, expected from the probes.
@@ -363,7 +414,10 @@ pub fn simulate(
             ei += 1;
         }
         meter.record(t, vol.used_at(t), exp, alloc);
-        t += step;
+        let Some(next) = t.checked_add(step) else {
+            break;
+        };
+        t = next;
     }
     let (waste, _) = meter.waste(end);
     // Failures at the trace's own resolution: points whose usage is above the usable
@@ -481,6 +535,97 @@ mod tests {
         assert_eq!(v.stats(500_000_000).unwrap().pending, None);
         assert_eq!(v.stats(SEC).unwrap().pending, Some(7));
         assert_eq!(v.stats(9 * SEC).unwrap().pending, Some(7));
+    }
+
+    #[test]
+    fn out_of_range_times_and_bytes_name_their_line() {
+        // 1e30 s once saturated to u64::MAX ns and the replay never ended.
+        let e = parse_trace("t_s,used\n0,100\n1e30,10\n", "h.csv")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "h.csv:3: t_s \"1e30\" is over 31622400");
+        let e = parse_trace("t_s,used\n0,1e30\n", "h.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("h.csv:2: used \"1e30\" is over"), "{e}");
+        let e = parse_trace("t_s,used,written\n0,1,18446744073709551616\n", "h.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("h.csv:2: written"), "{e}");
+        let t = parse_trace("t_s,used\n0,1\n31622400,18446744073709549568\n", "h.csv").unwrap();
+        assert_eq!(t[1].t, 31_622_400 * SEC);
+        assert_eq!(t[1].used, 18_446_744_073_709_549_568);
+    }
+
+    #[test]
+    fn a_replay_refuses_an_end_out_of_range_and_bad_timing() {
+        let trace = [
+            TracePoint {
+                t: 10 * SEC,
+                used: 0,
+                written: None,
+                pending: None,
+            },
+            TracePoint {
+                t: 20 * SEC,
+                used: 10 * M,
+                written: None,
+                pending: None,
+            },
+        ];
+        let c = cfg(PolicyKind::ReactiveAddrm, 0);
+        let t = SimTiming::default();
+        let e = simulate(&c, &trace, t, Some(5 * SEC))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "replay: the end, 5 s, is before the trace's first point at 10 s"
+        );
+        let e = simulate(&c, &trace, t, Some(u64::MAX))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is more than 31622400 s after"), "{e}");
+        for (bad, field) in [
+            (
+                SimTiming {
+                    add_s: f64::NAN,
+                    ..t
+                },
+                "add_s",
+            ),
+            (SimTiming { add_s: -5.0, ..t }, "add_s"),
+            (
+                SimTiming {
+                    remove_s: 1e30,
+                    ..t
+                },
+                "remove_s",
+            ),
+            (SimTiming { move_bps: 0.0, ..t }, "move_bps"),
+            (
+                SimTiming {
+                    move_bps: -1.0,
+                    ..t
+                },
+                "move_bps",
+            ),
+            (
+                SimTiming {
+                    move_bps: f64::NAN,
+                    ..t
+                },
+                "move_bps",
+            ),
+        ] {
+            let e = simulate(&c, &trace, bad, None).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("replay: {field} must be")), "{e}");
+        }
+        // An end at the first point, or past the last, is fine.
+        let r = simulate(&c, &trace, t, Some(10 * SEC)).unwrap();
+        assert_eq!(r.summary.duration_s, 0.0);
+        let r = simulate(&c, &trace, t, Some(100 * SEC)).unwrap();
+        assert_eq!(r.summary.duration_s, 90.0);
     }
 
     #[test]

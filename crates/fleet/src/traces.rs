@@ -59,6 +59,33 @@ pub const AZURE_FLAVORS: &str = "azure-v1-flavor-map.txt";
 /// Prefix of the Azure arrival files (`-train.txt`, `-dev.txt`).
 pub const AZURE_ARRIVALS_PREFIX: &str = "azure-v1-vm-arrivals-";
 
+/// The latest time stamp the readers accept, in seconds from the start of a trace:
+/// 366 days. Both Alibaba `machine_usage` and the Azure arrivals count seconds from
+/// the start of their trace (the Alibaba 2018 excerpt spans 8 days, the Azure v1
+/// arrivals 30), and both are binned densely, one entry per 5-minute step from the
+/// first time stamp; a later time stamp is a corrupt line, and would make a vector
+/// of trillions of bins.
+pub const MAX_TIME_S: u64 = 366 * 24 * 3600;
+
+/// Parses a time stamp column, refusing one past [`MAX_TIME_S`].
+fn parse_time(path: &Path, ln: usize, what: &str, text: &str) -> Result<u64, FleetError> {
+    let t: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| parse_err(path, ln, format!("bad {what} {text:?}")))?;
+    if t > MAX_TIME_S {
+        return Err(parse_err(
+            path,
+            ln,
+            format!(
+                "{what} {t} s is past {MAX_TIME_S} s (366 days), the longest trace the \
+                 5-minute bins take"
+            ),
+        ));
+    }
+    Ok(t)
+}
+
 /// Reads Alibaba `machine_usage` lines (`machine_id,time_stamp_s,...,disk_io_percent`,
 /// 9 columns, no header) into 5-minute bandwidth bins per machine, machines in name
 /// order. Bins start at each file's first time stamp.
@@ -78,10 +105,7 @@ pub fn read_alibaba(text: &str, path: &Path) -> Result<Vec<MachineSeries>, Fleet
                 format!("expected 9 comma-separated columns, found {}", f.len()),
             ));
         }
-        let t: u64 = f[1]
-            .trim()
-            .parse()
-            .map_err(|_| parse_err(path, ln, format!("bad time stamp {:?}", f[1])))?;
+        let t = parse_time(path, ln, "time stamp", f[1])?;
         let io: f32 = f[8]
             .trim()
             .parse()
@@ -229,10 +253,7 @@ pub fn read_arrivals(
             continue;
         }
         let (t, rest) = line.split_once(' ').unwrap_or((line, ""));
-        let t: u64 = t
-            .trim()
-            .parse()
-            .map_err(|_| parse_err(path, ln, format!("bad time {t:?}")))?;
+        let t = parse_time(path, ln, "time", t)?;
         let mut vms = Vec::new();
         for tok in rest.split(',') {
             let tok = tok.trim();
@@ -292,7 +313,9 @@ pub fn load(cluster: &Path, azure: &Path) -> Result<Inputs, FleetError> {
     })
 }
 
-/// Places arrivals in 5-minute bins counted from the earliest one.
+/// Places arrivals in 5-minute bins counted from the earliest one. The bins are
+/// dense, one per step from the earliest to the latest arrival: times come from
+/// [`read_arrivals`], which bounds them by [`MAX_TIME_S`].
 pub fn bin_arrivals(mut all: Vec<(u64, Vec<u8>)>) -> Vec<Vec<u8>> {
     all.sort_by_key(|a| a.0);
     let Some(t0) = all.first().map(|a| a.0) else {
@@ -337,6 +360,37 @@ mod tests {
         );
         let e = read_alibaba("m_1,0,1,1,,,1,1,130\n", p).unwrap_err();
         assert!(e.to_string().contains("outside 0..100"), "{e}");
+    }
+
+    #[test]
+    fn a_time_stamp_past_a_year_is_refused_with_its_line() {
+        let p = Path::new("a.csv");
+        // The probe's line: once a dense vector of 3e15 bins.
+        let e = read_alibaba(
+            "m_1932,0,41,92,,,43.04,33.08,5\nm_1932,999999999999999999,41,92,,,43.04,33.08,5\n",
+            p,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("a.csv:2: time stamp 999999999999999999 s is past 31622400 s"),
+            "{e}"
+        );
+        let ok = format!("m_1,0,1,1,,,1,1,10\nm_1,{MAX_TIME_S},1,1,,,1,1,10\n");
+        assert_eq!(read_alibaba(&ok, p).unwrap()[0].bw.len(), 105_409);
+
+        let f = read_flavors("1,0.75 a\n", p).unwrap();
+        let x = Path::new("x.txt");
+        let e = read_arrivals("300 a\n18000000000000000000 a\n", x, &f).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("x.txt:2: time 18000000000000000000 s is past"),
+            "{e}"
+        );
+        let e = read_arrivals("99999999999999999999 a\n", x, &f).unwrap_err();
+        assert_eq!(e.to_string(), "x.txt:1: bad time \"99999999999999999999\"");
+        let a = read_arrivals(&format!("0 a\n{MAX_TIME_S} a\n"), x, &f).unwrap();
+        assert_eq!(bin_arrivals(a).len(), 105_409);
     }
 
     #[test]

@@ -3,6 +3,61 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::PredictError;
+
+/// The most levels ([`PredictorConfig::levels`]): 256. Levels are channels of a
+/// vSSD (bandwidth) or sixteenths of its capacity, 16 by default; the models keep
+/// one output (level classifiers) or one LSTM (duration sub-predictors) per
+/// level, so a mistyped count of, say, 100,000 would take hours to build.
+pub const MAX_LEVELS: u32 = 256;
+
+/// The longest time a setting may name (training period and window, the duration
+/// unit and cap): 366 days, in seconds, so that times in nanoseconds never
+/// overflow when added.
+pub const MAX_TIME_S: f64 = 366.0 * 24.0 * 3600.0;
+
+/// The shortest training period and window: 1 ms (a window of the inputs lasts
+/// 18 seconds or more).
+pub const MIN_TIME_S: f64 = 0.001;
+
+/// The most LSTM hidden units, sequence length, duration history, training
+/// samples, epochs and remembered runs a setting may name: far above any of
+/// the paper's (at most 50) and low enough that a typo fails fast instead of
+/// exhausting memory or time.
+pub const MAX_COUNT: usize = 10_000;
+
+/// Checks for [`PredictorConfig::validate`]; each names the key.
+struct Check {
+    prefix: &'static str,
+}
+
+impl Check {
+    fn err(&self, key: &str, v: impl std::fmt::Display, range: &str) -> PredictError {
+        PredictError::Config(format!("{}{key} = {v}: must be {range}", self.prefix))
+    }
+    fn count(&self, key: &str, v: usize) -> Result<(), PredictError> {
+        if (1..=MAX_COUNT).contains(&v) {
+            Ok(())
+        } else {
+            Err(self.err(key, v, &format!("from 1 to {MAX_COUNT}")))
+        }
+    }
+    fn range(&self, key: &str, v: f64, lo: f64, hi: f64) -> Result<(), PredictError> {
+        if v.is_finite() && (lo..=hi).contains(&v) {
+            Ok(())
+        } else {
+            Err(self.err(key, v, &format!("a number from {lo} to {hi}")))
+        }
+    }
+    fn positive(&self, key: &str, v: f64) -> Result<(), PredictError> {
+        if v.is_finite() && v > 0.0 {
+            Ok(())
+        } else {
+            Err(self.err(key, v, "a positive number"))
+        }
+    }
+}
+
 /// Loss used to train the softmax (classification) predictors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -31,6 +86,12 @@ pub struct LevelModelConfig {
 }
 
 impl LevelModelConfig {
+    fn validate(&self, c: &Check) -> Result<(), PredictError> {
+        c.count("hidden", self.hidden)?;
+        c.positive("lr", self.lr)?;
+        c.count("seq_len", self.seq_len)
+    }
+
     /// The paper's bandwidth predictor: 16 hidden units, learning rate 0.005.
     pub fn bandwidth() -> Self {
         Self {
@@ -114,6 +175,28 @@ impl Default for DurationConfig {
 }
 
 impl DurationConfig {
+    fn validate(&self) -> Result<(), PredictError> {
+        let c = Check {
+            prefix: "duration.",
+        };
+        c.count("hidden", self.hidden)?;
+        c.positive("lr", self.lr)?;
+        c.count("history", self.history)?;
+        c.range("time_unit_s", self.time_unit_s, MIN_TIME_S, MAX_TIME_S)?;
+        if self.max_units == 0 || self.cap_s() > MAX_TIME_S {
+            return Err(c.err(
+                "max_units",
+                self.max_units,
+                &format!(
+                    "at least 1, and at most {MAX_TIME_S} s in all (time_unit_s = {})",
+                    self.time_unit_s
+                ),
+            ));
+        }
+        c.count("train_samples", self.train_samples)?;
+        c.range("quantile", self.quantile, 0.0, 1.0)
+    }
+
     /// The longest predicted duration in seconds.
     pub fn cap_s(&self) -> f64 {
         self.time_unit_s * self.max_units as f64
@@ -153,6 +236,24 @@ pub struct QuantileConfig {
     pub zero_weight: f64,
     /// Transitions from a level and runs at a level remembered (older ones fade).
     pub memory: usize,
+}
+
+impl QuantileConfig {
+    fn validate(&self) -> Result<(), PredictError> {
+        let c = Check {
+            prefix: "quantile.",
+        };
+        c.range("level_quantile", self.level_quantile, 0.0, 1.0)?;
+        c.range("duration_quantile", self.duration_quantile, 0.0, 1.0)?;
+        for (key, v) in [
+            ("level_prior_weight", self.level_prior_weight),
+            ("duration_prior_weight", self.duration_prior_weight),
+            ("zero_weight", self.zero_weight),
+        ] {
+            c.range(key, v, 0.0, f64::MAX)?;
+        }
+        c.count("memory", self.memory)
+    }
 }
 
 impl Default for QuantileConfig {
@@ -202,6 +303,38 @@ pub struct PredictorConfig {
     pub quantile: QuantileConfig,
 }
 
+impl PredictorConfig {
+    /// Checks every setting against its range; the error names the key (as in
+    /// the TOML, `duration.hidden`) and the range. The daemon's
+    /// `[harvest.predictor]`, `sim predict --config` and `sim harvest
+    /// --predictor-config` all go through here, as does every predictor's
+    /// constructor.
+    pub fn validate(&self) -> Result<(), PredictError> {
+        let c = Check { prefix: "" };
+        if !(1..=MAX_LEVELS).contains(&self.levels) {
+            return Err(c.err("levels", self.levels, &format!("from 1 to {MAX_LEVELS}")));
+        }
+        c.range("ratio", self.ratio, 0.0, 1.0)?;
+        c.range("train_every_s", self.train_every_s, MIN_TIME_S, MAX_TIME_S)?;
+        c.range(
+            "train_window_s",
+            self.train_window_s,
+            MIN_TIME_S,
+            MAX_TIME_S,
+        )?;
+        c.count("min_train_samples", self.min_train_samples)?;
+        c.count("epochs", self.epochs)?;
+        self.bandwidth.validate(&Check {
+            prefix: "bandwidth.",
+        })?;
+        self.capacity.validate(&Check {
+            prefix: "capacity.",
+        })?;
+        self.duration.validate()?;
+        self.quantile.validate()
+    }
+}
+
 impl Default for PredictorConfig {
     fn default() -> Self {
         Self {
@@ -242,5 +375,88 @@ mod tests {
         assert_eq!(c.quantile.level_quantile, 0.9);
         assert!(toml::from_str::<PredictorConfig>("model = \"gru\"").is_err());
         assert!(toml::from_str::<PredictorConfig>("[quantile]\nlevel_q = 0.9").is_err());
+    }
+
+    fn invalid(toml: &str) -> String {
+        let c: PredictorConfig = toml::from_str(toml).unwrap();
+        c.validate()
+            .expect_err(toml)
+            .to_string()
+            .strip_prefix("bad predictor config: ")
+            .unwrap()
+            .to_string()
+    }
+
+    #[test]
+    fn validate_names_the_key_and_its_range() {
+        PredictorConfig::default().validate().unwrap();
+        assert_eq!(invalid("levels = 0"), "levels = 0: must be from 1 to 256");
+        assert_eq!(
+            invalid("levels = 100000"),
+            "levels = 100000: must be from 1 to 256"
+        );
+        assert_eq!(
+            invalid("ratio = nan"),
+            "ratio = NaN: must be a number from 0 to 1"
+        );
+        assert_eq!(
+            invalid("ratio = -1.0"),
+            "ratio = -1: must be a number from 0 to 1"
+        );
+        assert!(invalid("train_every_s = 0.0")
+            .starts_with("train_every_s = 0: must be a number from 0.001 to"));
+        assert!(invalid("train_window_s = inf").starts_with("train_window_s = inf: "));
+        assert_eq!(invalid("epochs = 0"), "epochs = 0: must be from 1 to 10000");
+        assert_eq!(
+            invalid("min_train_samples = 0"),
+            "min_train_samples = 0: must be from 1 to 10000"
+        );
+        assert_eq!(
+            invalid("[bandwidth]\nhidden = 0"),
+            "bandwidth.hidden = 0: must be from 1 to 10000"
+        );
+        assert_eq!(
+            invalid("[capacity]\nlr = -0.1"),
+            "capacity.lr = -0.1: must be a positive number"
+        );
+        assert_eq!(
+            invalid("[capacity]\nseq_len = 0"),
+            "capacity.seq_len = 0: must be from 1 to 10000"
+        );
+        assert_eq!(
+            invalid("[duration]\nhistory = 0"),
+            "duration.history = 0: must be from 1 to 10000"
+        );
+        assert!(invalid("[duration]\ntime_unit_s = 0.0").starts_with("duration.time_unit_s = 0: "));
+        assert!(invalid("[duration]\nmax_units = 0")
+            .starts_with("duration.max_units = 0: must be at least 1"));
+        assert!(invalid("[duration]\nmax_units = 4000000000")
+            .starts_with("duration.max_units = 4000000000: "));
+        assert_eq!(
+            invalid("[duration]\nquantile = 1.5"),
+            "duration.quantile = 1.5: must be a number from 0 to 1"
+        );
+        assert_eq!(
+            invalid("[quantile]\nlevel_quantile = 2.0"),
+            "quantile.level_quantile = 2: must be a number from 0 to 1"
+        );
+        assert!(
+            invalid("[quantile]\nzero_weight = -1.0").starts_with("quantile.zero_weight = -1: ")
+        );
+        assert_eq!(
+            invalid("[quantile]\nmemory = 0"),
+            "quantile.memory = 0: must be from 1 to 10000"
+        );
+        // The settings the scripts and results pages use stay valid.
+        for ok in [
+            "epochs = 1\n[duration]\nhidden = 8\n",
+            "ratio = 0.0\n[quantile]\nduration_quantile = 0.5\n",
+            "[duration]\nmax_units = 100\n[quantile]\nduration_quantile = 0.5\n",
+            "[duration]\nloss = \"pinball\"\nquantile = 0.2\n",
+            "model = \"quantile\"\n[quantile]\nduration_quantile = 0.5\nzero_weight = 0.1\n",
+        ] {
+            let c: PredictorConfig = toml::from_str(ok).unwrap();
+            c.validate().unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
     }
 }

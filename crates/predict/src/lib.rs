@@ -69,6 +69,7 @@ mod vssd;
 
 pub use config::{
     DurationConfig, DurationLoss, LevelModelConfig, Loss, Model, PredictorConfig, QuantileConfig,
+    MAX_COUNT, MAX_LEVELS, MAX_TIME_S, MIN_TIME_S,
 };
 pub use duration::DurationPredictor;
 pub use level::LevelPredictor;

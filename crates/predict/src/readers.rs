@@ -43,6 +43,11 @@ fn bad(file: &str, line: usize, msg: impl Into<String>) -> PredictError {
 /// `ceil(d / 18)` steps of its level, and reading stops after the line that takes the
 /// series past [`BLOCKFLEX_MAX_STEPS`] steps (the artifact's `read_input`). Levels above
 /// `max_level` are an error.
+///
+/// One line counts for at most [`BLOCKFLEX_MAX_STEPS`] steps (50 hours): a longer
+/// duration could only be corrupt (the artifact's inputs hold lines of at most about
+/// 7 hours), and expanding it whole would exhaust memory (`1e12 4.0` is 55 billion
+/// steps) before reading stops.
 pub fn read_blockflex<R: BufRead>(
     r: R,
     file: &str,
@@ -92,7 +97,10 @@ pub fn read_blockflex<R: BufRead>(
         if !v.is_finite() || v < 0.0 || v as u32 > max_level {
             return Err(bad(file, n, format!("level {v} outside 0..={max_level}")));
         }
-        let steps = (d / BLOCKFLEX_STEP_S).ceil() as usize;
+        // Capped before the cast and the allocation: see the doc comment.
+        let steps = (d / BLOCKFLEX_STEP_S)
+            .ceil()
+            .min(BLOCKFLEX_MAX_STEPS as f64) as usize;
         levels.extend(std::iter::repeat_n(v as u32, steps));
         if levels.len() > BLOCKFLEX_MAX_STEPS {
             break;
@@ -195,6 +203,25 @@ mod tests {
         let s = read_blockflex(big.as_bytes(), "x", 16).unwrap();
         assert_eq!(s.levels.len(), 10_001);
         assert_eq!(*s.levels.last().unwrap(), 5);
+    }
+
+    #[test]
+    fn a_huge_duration_counts_for_at_most_the_step_limit() {
+        // 1e12 s is 55 billion steps, 1e300 overflows usize: both once took the
+        // allocator down.
+        for d in ["1e12", "1e300", "1.7976931348623157e308"] {
+            let text = format!("total_obs: 2\n36 1\n{d} 4.0\n36 2\n");
+            let s = read_blockflex(text.as_bytes(), "x", 16).unwrap();
+            assert_eq!(s.levels.len(), 2 + BLOCKFLEX_MAX_STEPS, "{d}");
+            assert_eq!(s.levels[..3], [1, 1, 4], "{d}");
+            assert_eq!(*s.levels.last().unwrap(), 4, "{d}");
+        }
+        // Up to the limit a line keeps all its steps, as in the artifact.
+        let text = format!("total_obs: 2\n36 1\n{} 4\n", 18.0 * 10_000.0);
+        let s = read_blockflex(text.as_bytes(), "x", 16).unwrap();
+        assert_eq!(s.levels.len(), 2 + 10_000);
+        let e = read_blockflex("total_obs: 2\ninf 4\n".as_bytes(), "a.txt", 16).unwrap_err();
+        assert!(e.to_string().starts_with("a.txt:2: duration inf"), "{e}");
     }
 
     #[test]

@@ -162,6 +162,7 @@ impl VssdPredictor {
         seed: u64,
         priors: &QuantilePriors,
     ) -> Result<Self, PredictError> {
+        cfg.validate()?;
         if !priors.is_empty() {
             if cfg.model != Model::Quantile {
                 return Err(PredictError::Config(

@@ -123,6 +123,22 @@ pub enum SlaError {
         /// The rejected factor.
         factor: f64,
     },
+    /// [`tenants::throughput_samples`] would need more windows than
+    /// [`tenants::MAX_WINDOWS`].
+    #[error(
+        "{windows} throughput windows of {window_ns} ns over a span of {span_ns} ns, \
+         more than the {max} allowed: use a longer window"
+    )]
+    TooManyWindows {
+        /// The windows the span needs.
+        windows: u64,
+        /// The window length.
+        window_ns: u64,
+        /// From the earliest event to the latest.
+        span_ns: u64,
+        /// [`tenants::MAX_WINDOWS`].
+        max: u64,
+    },
     /// `difference(a, b)` where `a` does not contain `b`.
     #[error("the curve being subtracted is not contained in the other: {reason}")]
     NotContained {

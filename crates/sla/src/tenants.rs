@@ -197,24 +197,42 @@ pub fn io_units(bytes: u64) -> u64 {
     bytes.div_ceil(4096).max(1)
 }
 
-/// Splits `events` (in any order) into windows of `window_ns` starting at
-/// the earliest event and returns each window's `(write, read)` rate in
-/// 4 KiB I/Os per second. Empty input gives no samples.
+/// The most windows [`throughput_samples`] makes: a million, 32 MB of counts
+/// and samples per stream. The paper samples once a second, so a million
+/// windows cover 11 days at its rate; a span that needs more is a window too
+/// short for the trace.
+pub const MAX_WINDOWS: u64 = 1_000_000;
+
+/// Splits `events` (in any order) into windows of `window_ns` (at least 1)
+/// starting at the earliest event and returns each window's `(write, read)`
+/// rate in 4 KiB I/Os per second. Empty input gives no samples. Every window
+/// from the first event's to the last's is kept, empty or not, so a span
+/// that needs more than [`MAX_WINDOWS`] is refused
+/// ([`SlaError::TooManyWindows`]) before anything is allocated.
 pub fn throughput_samples(
     events: impl IntoIterator<Item = IoEvent>,
     window_ns: u64,
-) -> ThroughputSamples {
+) -> Result<ThroughputSamples, SlaError> {
     let window_ns = window_ns.max(1);
     let events: Vec<IoEvent> = events.into_iter().collect();
     let Some(t0) = events.iter().map(|e| e.time_ns).min() else {
-        return ThroughputSamples {
+        return Ok(ThroughputSamples {
             samples: Vec::new(),
             busy_windows: 0,
             read_fraction: 0.0,
-        };
+        });
     };
     let t1 = events.iter().map(|e| e.time_ns).max().unwrap_or(t0);
-    let n = ((t1 - t0) / window_ns + 1) as usize;
+    let windows = (t1 - t0) / window_ns + 1;
+    if windows > MAX_WINDOWS {
+        return Err(SlaError::TooManyWindows {
+            windows,
+            window_ns,
+            span_ns: t1 - t0,
+            max: MAX_WINDOWS,
+        });
+    }
+    let n = windows as usize;
     let mut counts = vec![(0u64, 0u64); n];
     let (mut reads, mut total) = (0u64, 0u64);
     for e in &events {
@@ -229,7 +247,7 @@ pub fn throughput_samples(
         total += u;
     }
     let per_sec = 1e9 / window_ns as f64;
-    ThroughputSamples {
+    Ok(ThroughputSamples {
         busy_windows: counts.iter().filter(|c| c.0 + c.1 > 0).count(),
         samples: counts
             .into_iter()
@@ -240,7 +258,7 @@ pub fn throughput_samples(
         } else {
             0.0
         },
-    }
+    })
 }
 
 /// The largest total rate `w + r` the curve allows (at one of its
@@ -322,7 +340,8 @@ mod tests {
                 ev(1_400_000_000, true, 4097),
             ],
             500_000_000,
-        );
+        )
+        .unwrap();
         // Windows: [1.0,1.5) r=2 w=2; [1.5,2.0) empty; [2.0,2.5) w=2.
         assert_eq!(s.samples, vec![(4.0, 4.0), (0.0, 0.0), (4.0, 0.0)]);
         assert_eq!(s.busy_windows, 2);
@@ -330,10 +349,34 @@ mod tests {
         assert_eq!(io_units(0), 1);
         assert_eq!(io_units(4096), 1);
         assert_eq!(io_units(4097), 2);
-        let empty = throughput_samples([], 1);
+        let empty = throughput_samples([], 1).unwrap();
         assert!(empty.samples.is_empty() && empty.busy_windows == 0);
         let c = Curve::from_samples(&s.samples).unwrap();
         assert_eq!(c.points(), &[(0.0, 4.0), (4.0, 4.0)]);
+    }
+
+    #[test]
+    fn too_many_windows_are_refused_before_allocating() {
+        let ev = |t: u64| IoEvent {
+            time_ns: t,
+            write: false,
+            bytes: 4096,
+        };
+        // Exactly MAX_WINDOWS windows of 1 ns.
+        let s = throughput_samples([ev(5), ev(5 + MAX_WINDOWS - 1)], 1).unwrap();
+        assert_eq!(s.samples.len() as u64, MAX_WINDOWS);
+        // One more; and a 1 ns window over an hour (3.6e12 windows).
+        let e = throughput_samples([ev(5), ev(5 + MAX_WINDOWS)], 1).unwrap_err();
+        assert!(
+            matches!(e, SlaError::TooManyWindows { windows, .. } if windows == MAX_WINDOWS + 1)
+        );
+        let e = throughput_samples([ev(0), ev(3_600_000_000_000)], 0).unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "3600000000001 throughput windows of 1 ns over a span of 3600000000000 ns"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

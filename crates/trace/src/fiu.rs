@@ -19,7 +19,7 @@
 //! first two from the front, the rest from the back, and whatever lies
 //! between is the process name.
 
-use crate::formats::{parse_u32, parse_u64, Ids, LineParser};
+use crate::formats::{parse_len, parse_u32, parse_u64, Ids, LineParser};
 use crate::{LineError, Op, Request, SECTOR};
 
 /// FIU SRCMap / IODedup text.
@@ -59,12 +59,7 @@ impl LineParser for Fiu {
                     field: "lba",
                     value: lba.to_string(),
                 })?;
-        let len = parse_u64("size", size)?
-            .checked_mul(SECTOR)
-            .ok_or_else(|| LineError::Overflow {
-                field: "size",
-                value: size.to_string(),
-            })?;
+        let len = parse_len("size", size, SECTOR)?;
         let op = match op {
             "R" | "r" => Op::Read,
             "W" | "w" => Op::Write,

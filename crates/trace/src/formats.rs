@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::num::IntErrorKind;
 
-use crate::{LineError, Op, Request, SECTOR};
+use crate::{LineError, Op, Request, MAX_REQUEST_BYTES, SECTOR};
 
 /// Parses one non-blank, non-comment, trimmed line. `Ok(None)` skips the
 /// line (a header, or a record that is not a read or write request).
@@ -46,6 +46,22 @@ fn parse_scaled(field: &'static str, s: &str, unit: u64) -> Result<u64, LineErro
             field,
             value: s.to_string(),
         })
+}
+
+/// A request length: `s` parsed as an integer and multiplied by `unit` (1
+/// for bytes, [`SECTOR`] for sectors), overflow checked, and refused over
+/// [`MAX_REQUEST_BYTES`].
+pub(crate) fn parse_len(field: &'static str, s: &str, unit: u64) -> Result<u64, LineError> {
+    let bytes = parse_scaled(field, s, unit)?;
+    if bytes > MAX_REQUEST_BYTES {
+        return Err(LineError::TooLong {
+            field,
+            value: s.to_string(),
+            bytes,
+            max: MAX_REQUEST_BYTES,
+        });
+    }
+    Ok(bytes)
 }
 
 /// Decimal seconds (`1456095145.133076000`) to nanoseconds, exactly;
@@ -162,7 +178,7 @@ impl LineParser for Msr {
             });
         };
         let offset = parse_u64("offset", off)?;
-        let len = parse_u64("size", size)?;
+        let len = parse_len("size", size, 1)?;
         let first = *self.first.get_or_insert(t);
         let rel = t.checked_sub(first).ok_or_else(|| LineError::Negative {
             field: "timestamp relative to the first request",
@@ -191,7 +207,7 @@ impl LineParser for Tencent {
         let [ts, off, size, op, vol] = fields::<5>(csv(line))?;
         let time_ns = parse_scaled("timestamp", ts, NS_PER_S)?;
         let offset = parse_scaled("offset", off, SECTOR)?;
-        let len = parse_scaled("size", size, SECTOR)?;
+        let len = parse_len("size", size, SECTOR)?;
         let op = match op {
             "0" => Op::Read,
             "1" => Op::Write,
@@ -240,7 +256,7 @@ impl LineParser for Systor {
         };
         let volume = parse_u32("LUN", lun)?;
         let offset = parse_u64("offset", off)?;
-        let len = parse_u64("size", size)?;
+        let len = parse_len("size", size, 1)?;
         Ok(Some(Request {
             time_ns,
             volume,
@@ -277,7 +293,7 @@ impl LineParser for CloudPhysics {
                 })
             }
         };
-        let len = parse_u64("size", size)?;
+        let len = parse_len("size", size, 1)?;
         let offset = parse_scaled("lbn", lbn, SECTOR)?;
         Ok(Some(Request {
             time_ns,
@@ -300,7 +316,7 @@ impl LineParser for DiskSim {
         let time_ns = parse_u64("time", ts)?;
         let volume = parse_u32("device", dev)?;
         let offset = parse_scaled("lba", lba, SECTOR)?;
-        let len = parse_scaled("size", size, SECTOR)?;
+        let len = parse_len("size", size, SECTOR)?;
         let op = match ty {
             "1" => Op::Read,
             "0" => Op::Write,
@@ -421,7 +437,7 @@ impl LineParser for FioIolog {
             });
         }
         let offset = parse_u64("offset", rest[2])?;
-        let len = parse_u64("length", rest[3])?;
+        let len = parse_len("length", rest[3], 1)?;
         let volume = match self.files.map.get(file) {
             Some(&id) => id,
             None => self.files.id(file.to_string()),
@@ -499,7 +515,7 @@ impl LineParser for Blkparse {
             )));
         }
         let offset = parse_scaled("sector", f[7], SECTOR)?;
-        let len = parse_scaled("sector count", f[9], SECTOR)?;
+        let len = parse_len("sector count", f[9], SECTOR)?;
         let volume = self.devices.id(dev);
         Ok(Some(Request {
             time_ns,

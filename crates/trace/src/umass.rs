@@ -10,7 +10,7 @@
 //! The SPC specification allows optional fields after the timestamp; they
 //! are ignored. There is no header line.
 
-use crate::formats::{csv, parse_secs_ns, parse_u32, parse_u64, LineParser};
+use crate::formats::{csv, parse_len, parse_secs_ns, parse_u32, parse_u64, LineParser};
 use crate::{LineError, Op, Request, SECTOR};
 
 /// UMass SPC CSV.
@@ -41,7 +41,7 @@ impl LineParser for Umass {
                     field: "LBA",
                     value: lba.to_string(),
                 })?;
-        let len = parse_u64("size", size)?;
+        let len = parse_len("size", size, 1)?;
         let op = match op {
             "r" | "R" => Op::Read,
             "w" | "W" => Op::Write,

@@ -2,7 +2,9 @@
 
 use std::io::Cursor;
 
-use trace::{parse_spec, reader, stats, Format, LineError, Op, Request, TraceError};
+use trace::{
+    parse_spec, reader, stats, Format, LineError, Op, Request, TraceError, MAX_REQUEST_BYTES,
+};
 
 fn read(format: Format, text: &str) -> Vec<Result<Request, TraceError>> {
     reader(format, Cursor::new(text.to_string()), "<stream>").collect()
@@ -426,6 +428,59 @@ fn disksim_errors() {
     ));
 }
 
+/// A line of `format` with a request of `len` in the format's length unit,
+/// and that unit's name and size in bytes.
+fn line_of_len(format: Format, len: u64) -> Option<(String, &'static str, u64)> {
+    Some(match format {
+        Format::Msr => (format!("100,h,0,Read,0,{len},1\n"), "size", 1),
+        Format::Tencent => (format!("1,0,{len},0,1\n"), "size", 512),
+        Format::Systor => (format!("1.0,0.1,R,0,0,{len}\n"), "size", 1),
+        Format::CloudPhysics => (format!("1,1,28,{len},0\n"), "size", 1),
+        Format::DiskSim => (format!("1 0 0 {len} 1\n"), "size", 512),
+        Format::FioIolog => (
+            format!("fio version 2 iolog\n/f add\n/f read 0 {len}\n"),
+            "length",
+            1,
+        ),
+        Format::Blkparse => (
+            format!("8,0 0 1 0.5 1 Q R 0 + {len} [x]\n"),
+            "sector count",
+            512,
+        ),
+        Format::Umass => (format!("0,0,{len},r,0.5\n"), "size", 1),
+        Format::Fiu => (format!("1 2 p 0 {len} R 8 0\n"), "size", 512),
+        Format::OracleGeneral => return None,
+    })
+}
+
+#[test]
+fn a_request_over_1_gib_is_refused_naming_its_length_column() {
+    for format in Format::ALL {
+        let Some((_, field, unit)) = line_of_len(format, 0) else {
+            continue;
+        };
+        let max = MAX_REQUEST_BYTES / unit;
+        let (text, ..) = line_of_len(format, max).unwrap();
+        let got = ok(format, &text);
+        assert_eq!(got.len(), 1, "{format}");
+        assert_eq!(got[0].len, MAX_REQUEST_BYTES, "{format}");
+
+        // The probe's Tencent line: 99,999,999,999,999 sectors (about 46 PiB).
+        for over in [max + 1, 99_999_999_999_999] {
+            let (text, ..) = line_of_len(format, over).unwrap();
+            let line = text.lines().count() as u64;
+            let e = err(format, &text, line);
+            assert!(
+                matches!(e, LineError::TooLong { field: f, bytes, .. } if f == field && bytes == over * unit),
+                "{format}: {e:?}"
+            );
+            let msg = e.to_string();
+            assert!(msg.starts_with(&format!("{field} \"{over}\" is")), "{msg}");
+            assert!(msg.contains("1 GiB"), "{msg}");
+        }
+    }
+}
+
 #[test]
 fn io_error_names_source_and_line() {
     let bytes = b"1 2 3 4 1\n\xff\xfe 2 3 4 1\n".to_vec();
@@ -434,6 +489,38 @@ fn io_error_names_source_and_line() {
     let msg = r[1].as_ref().unwrap_err().to_string();
     assert!(msg.starts_with("x.trace:2: "), "{msg}");
     assert_eq!(r.len(), 2, "reading stops after an I/O error");
+    // The I/O error's text is in the message once: it is not a source too,
+    // or a whole chain (anyhow's `{:#}`) would print it twice.
+    assert!(std::error::Error::source(r[1].as_ref().unwrap_err()).is_none());
+    let e = trace::open(Format::Msr, "/nonexistent/t.csv")
+        .err()
+        .unwrap();
+    assert!(std::error::Error::source(&e).is_none());
+    assert_eq!(
+        e.to_string(),
+        "/nonexistent/t.csv: cannot open: No such file or directory (os error 2)"
+    );
+}
+
+#[test]
+fn a_gzip_compressed_trace_is_named_as_such() {
+    for format in Format::ALL {
+        if format == Format::OracleGeneral {
+            continue;
+        }
+        let bytes = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xff".to_vec();
+        let r: Vec<_> = reader(format, Cursor::new(bytes), "t.csv.gz").collect();
+        assert_eq!(r.len(), 1, "{format}: reading stops");
+        let msg = r[0].as_ref().unwrap_err().to_string();
+        assert!(
+            msg.starts_with("t.csv.gz: starts with the gzip magic bytes 1f 8b")
+                && msg.contains("not supported"),
+            "{format}: {msg}"
+        );
+    }
+    // Text that is not gzip is read as before, even when short.
+    assert_eq!(ok(Format::DiskSim, "1 2 3 4 1\n").len(), 1);
+    assert!(ok(Format::DiskSim, "").is_empty());
 }
 
 #[test]

@@ -175,6 +175,9 @@ impl HarvestSettings {
                 self.lend_for_s, self.granule_s
             ));
         }
+        self.predictor
+            .validate()
+            .map_err(|e| format!("harvest.predictor: {e}"))?;
         if self.enabled && (self.policy == LendPolicyKind::Predicted || self.auto_request) {
             predict::VssdPredictor::new(&self.predictor, predict::Role::Harvestable, 0)
                 .map_err(|e| format!("harvest.predictor: {e}"))?;
