@@ -571,27 +571,10 @@ impl GhostVolume {
         aligned("volume offset", volume_offset, false)?;
         aligned("segment length", len, true)?;
         aligned("gSSD base", base, false)?;
-        if volume_offset
-            .checked_add(len)
-            .is_none_or(|e| e > self.inner.size)
-        {
-            return Err(GvolError::OutOfRange {
-                offset: volume_offset,
-                len,
-                size: self.inner.size,
-            });
-        }
+        self.within_volume(volume_offset, len)?;
         check_fits(gssd_id, &*dev, base, len)?;
         let mut map = self.inner.map.write();
-        if let Some((&s, seg)) = map.range(..volume_offset + len).next_back() {
-            if s + seg.len > volume_offset {
-                return Err(GvolError::Overlap {
-                    offset: volume_offset,
-                    len,
-                    existing: s,
-                });
-            }
-        }
+        no_segment_in(&map, volume_offset, len)?;
         check_unshared(&map, gssd_id, &dev, base, len)?;
         if let Some((l, _)) = self.lost_within(volume_offset, len) {
             return Err(GvolError::Lost {
@@ -661,26 +644,9 @@ impl GhostVolume {
     pub fn mark_lost(&self, volume_offset: u64, len: u64) -> Result<(), GvolError> {
         aligned("volume offset", volume_offset, false)?;
         aligned("lost length", len, true)?;
-        if volume_offset
-            .checked_add(len)
-            .is_none_or(|e| e > self.inner.size)
-        {
-            return Err(GvolError::OutOfRange {
-                offset: volume_offset,
-                len,
-                size: self.inner.size,
-            });
-        }
+        self.within_volume(volume_offset, len)?;
         let map = self.inner.map.write();
-        if let Some((&s, seg)) = map.range(..volume_offset + len).next_back() {
-            if s + seg.len > volume_offset {
-                return Err(GvolError::Overlap {
-                    offset: volume_offset,
-                    len,
-                    existing: s,
-                });
-            }
-        }
+        no_segment_in(&map, volume_offset, len)?;
         let mut lost = self.inner.lost.write();
         lost.insert(volume_offset, len);
         // Merge with overlapping or touching lost ranges.
@@ -693,6 +659,18 @@ impl GhostVolume {
         }
         *lost = merged.into_iter().collect();
         drop(map);
+        Ok(())
+    }
+
+    /// Refuses a range that reaches past the end of the volume.
+    fn within_volume(&self, offset: u64, len: u64) -> Result<(), GvolError> {
+        if offset.checked_add(len).is_none_or(|e| e > self.inner.size) {
+            return Err(GvolError::OutOfRange {
+                offset,
+                len,
+                size: self.inner.size,
+            });
+        }
         Ok(())
     }
 
@@ -890,6 +868,18 @@ fn check_unshared(
         }
     }
     Ok(())
+}
+
+/// Refuses `[offset, offset + len)` if a segment of `map` overlaps it.
+fn no_segment_in(map: &BTreeMap<u64, Segment>, offset: u64, len: u64) -> Result<(), GvolError> {
+    match map.range(..offset + len).next_back() {
+        Some((&s, seg)) if s + seg.len > offset => Err(GvolError::Overlap {
+            offset,
+            len,
+            existing: s,
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn check_fits(gssd_id: u64, dev: &dyn BlockDev, base: u64, len: u64) -> Result<(), GvolError> {

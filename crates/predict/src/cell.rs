@@ -28,6 +28,26 @@ pub(crate) enum Loss {
     Pinball(f32),
 }
 
+/// What one call of [`Cell::train`] trains on, and how.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Job<'a> {
+    /// `n` sequences of `t` steps of the cell's features, `[n, t, F]`.
+    pub xs: &'a [f32],
+    /// Steps per sequence.
+    pub t: usize,
+    /// One target per sequence (`n = ys.len()`, all of them counted).
+    pub ys: &'a [f32],
+    /// The divisor of the loss: the masked batch the candle path would use
+    /// (`n <= batch`).
+    pub batch: usize,
+    /// The loss.
+    pub loss: Loss,
+    /// Adam's learning rate.
+    pub lr: f64,
+    /// Adam steps.
+    pub epochs: usize,
+}
+
 /// Adam's settings (candle's `ParamsAdamW` defaults, no weight decay).
 const BETA1: f64 = 0.9;
 const BETA2: f64 = 0.999;
@@ -101,37 +121,23 @@ impl Cell {
         s.y
     }
 
-    /// `epochs` Adam steps of the model `p` on the `n = ys.len()` sequences in
-    /// `xs` (`[n, t, F]`, all of them counted), the loss of each divided by
-    /// `batch` (the masked batch the candle path would use: `n <= batch`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn train(
-        &self,
-        p: &mut [f32],
-        adam: &mut Adam,
-        xs: &[f32],
-        t: usize,
-        ys: &[f32],
-        batch: usize,
-        loss: Loss,
-        lr: f64,
-        epochs: usize,
-        s: &mut Scratch,
-    ) {
+    /// `job.epochs` Adam steps of the model `p` (Adam state `adam`) on the
+    /// job's sequences (see [`Job`]).
+    pub fn train(&self, p: &mut [f32], adam: &mut Adam, job: &Job<'_>, s: &mut Scratch) {
         assert_eq!(p.len(), self.len(), "parameter count");
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU has AVX-512F, checked just above.
-            unsafe { self.train_avx512(p, adam, xs, t, ys, batch, loss, lr, epochs, s) };
+            unsafe { self.train_avx512(p, adam, job, s) };
             return;
         }
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2, checked just above.
-            unsafe { self.train_avx2(p, adam, xs, t, ys, batch, loss, lr, epochs, s) };
+            unsafe { self.train_avx2(p, adam, job, s) };
             return;
         }
-        self.train_impl(p, adam, xs, t, ys, batch, loss, lr, epochs, s);
+        self.train_impl(p, adam, job, s);
     }
 
     /// [`Cell::train`] compiled for AVX2: the same code, whose loops the
@@ -142,59 +148,29 @@ impl Cell {
     /// wait on the add's latency either way).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn train_avx2(
-        &self,
-        p: &mut [f32],
-        adam: &mut Adam,
-        xs: &[f32],
-        t: usize,
-        ys: &[f32],
-        batch: usize,
-        loss: Loss,
-        lr: f64,
-        epochs: usize,
-        s: &mut Scratch,
-    ) {
-        self.train_impl(p, adam, xs, t, ys, batch, loss, lr, epochs, s);
+    unsafe fn train_avx2(&self, p: &mut [f32], adam: &mut Adam, job: &Job<'_>, s: &mut Scratch) {
+        self.train_impl(p, adam, job, s);
     }
 
     /// [`Cell::train`] compiled for AVX-512: sixteen lanes (8% less time
     /// than the AVX2 build in `examples/overhead.rs`).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn train_avx512(
-        &self,
-        p: &mut [f32],
-        adam: &mut Adam,
-        xs: &[f32],
-        t: usize,
-        ys: &[f32],
-        batch: usize,
-        loss: Loss,
-        lr: f64,
-        epochs: usize,
-        s: &mut Scratch,
-    ) {
-        self.train_impl(p, adam, xs, t, ys, batch, loss, lr, epochs, s);
+    unsafe fn train_avx512(&self, p: &mut [f32], adam: &mut Adam, job: &Job<'_>, s: &mut Scratch) {
+        self.train_impl(p, adam, job, s);
     }
 
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    fn train_impl(
-        &self,
-        p: &mut [f32],
-        adam: &mut Adam,
-        xs: &[f32],
-        t: usize,
-        ys: &[f32],
-        batch: usize,
-        loss: Loss,
-        lr: f64,
-        epochs: usize,
-        s: &mut Scratch,
-    ) {
+    fn train_impl(&self, p: &mut [f32], adam: &mut Adam, job: &Job<'_>, s: &mut Scratch) {
+        let Job {
+            xs,
+            t,
+            ys,
+            batch,
+            loss,
+            lr,
+            epochs,
+        } = *job;
         let n = ys.len();
         let scale = 1.0 / batch.max(1) as f32;
         for _ in 0..epochs {
@@ -549,18 +525,16 @@ mod tests {
             _ => Loss::Mse,
         };
         let mut s = Scratch::default();
-        cell.train(
-            &mut p,
-            &mut adam,
-            &xs[..n * t * 2],
+        let job = Job {
+            xs: &xs[..n * t * 2],
             t,
-            &ys[..n],
-            b,
+            ys: &ys[..n],
+            batch: b,
             loss,
-            0.01,
-            steps,
-            &mut s,
-        );
+            lr: 0.01,
+            epochs: steps,
+        };
+        cell.train(&mut p, &mut adam, &job, &mut s);
         let want = a.flat().unwrap();
         p.iter()
             .zip(&want)

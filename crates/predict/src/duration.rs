@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 
 use clock::{Nanos, SEC};
 
-use crate::cell::{Adam, Loss, Scratch};
+use crate::cell::{Adam, Job, Loss, Scratch};
 use crate::config::{DurationLoss, PredictorConfig};
 use crate::level::secs;
 use crate::lstm::{Head, Lstm};
@@ -209,18 +209,16 @@ impl DurationPredictor {
                 let model = &mut self.models[i];
                 let cell = model.cell();
                 let mut p = model.flat()?;
-                cell.train(
-                    &mut p,
-                    &mut hand.adams[i],
-                    &xs,
-                    self.history,
-                    &ys,
-                    b,
-                    hand.loss,
-                    hand.lr,
-                    self.epochs,
-                    &mut hand.scratch,
-                );
+                let job = Job {
+                    xs: &xs,
+                    t: self.history,
+                    ys: &ys,
+                    batch: b,
+                    loss: hand.loss,
+                    lr: hand.lr,
+                    epochs: self.epochs,
+                };
+                cell.train(&mut p, &mut hand.adams[i], &job, &mut hand.scratch);
                 model.set_flat(&p)?;
             }
             return Ok(());
