@@ -251,7 +251,8 @@ P("Measured inside `sim predict` (release build, one thread per series, wall-clo
   "inference is one level and one duration prediction. Per vSSD and round, bandwidth and capacity add up. The paper's Table 3: "
   "training 475 ms, inference 7.3 ms, 1.7 MB per vSSD; the goal is at most 47 ms of training per vSSD per round. Times are "
   "wall-clock on the shared 2-core machine while other jobs ran (the load at the end of the run is in the first line), so "
-  "they are upper bounds; BENCHMARKS.md has the LSTM on an idle machine (39 ms per vSSD per round, synthetic inputs).")
+  "they are upper bounds; BENCHMARKS.md has the LSTM on an idle machine (17.5 ms per vSSD per round on synthetic inputs; its "
+  "duration sub-predictors train by hand since 2026-11-29, `crates/predict/src/cell.rs`, 4.2x faster than through candle).")
 P("")
 P("| source | model | training per vSSD per round, mean (max) | inference per vSSD | model state per vSSD |")
 P("|---|---|---:|---:|---:|")
