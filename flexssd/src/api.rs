@@ -25,7 +25,9 @@
 //! are global, so creating a vSSD or harvest volume under a name that another
 //! tenant uses is a 409 (`a vSSD named "x" already exists`), the same as for
 //! one's own name: that a name is taken is the one thing a create cannot hide
-//! (see `create_vssd`). Nothing here logs a request's headers, so no token
+//! (see `create_vssd`). An explicit placement that meets another vSSD's flash
+//! is a 409 naming the channel and the blocks asked for, not the owner or its
+//! blocks. Nothing here logs a request's headers, so no token
 //! reaches the log.
 //!
 //! | route | |
@@ -193,6 +195,15 @@ async fn blocking<T: Send + 'static>(
     st: &Shared,
     f: impl FnOnce(&HostManager) -> Result<T, ControlError> + Send + 'static,
 ) -> ApiResult<T> {
+    blocking_with(st, f, ApiError::from).await
+}
+
+/// [`blocking`], its error turned into the answer by `answer`.
+async fn blocking_with<T: Send + 'static>(
+    st: &Shared,
+    f: impl FnOnce(&HostManager) -> Result<T, ControlError> + Send + 'static,
+    answer: impl FnOnce(ControlError) -> ApiError,
+) -> ApiResult<T> {
     let mgr = st.mgr.clone();
     tokio::task::spawn_blocking(move || f(&mgr))
         .await
@@ -202,7 +213,7 @@ async fn blocking<T: Send + 'static>(
                 format!("internal error: {e}"),
             )
         })?
-        .map_err(ApiError::from)
+        .map_err(answer)
 }
 
 /// The API's router over `mgr`, with the authentication, authorization and
@@ -550,7 +561,21 @@ async fn create_vssd(
             }
         }
     }
-    let info = blocking(&st, move |m| m.create_vssd(&spec)).await?;
+    // An explicit placement that meets another vSSD's flash: the owner and
+    // its blocks are another tenant's business, so a tenant hears only where.
+    let hide = !p.is_admin();
+    let info = blocking_with(
+        &st,
+        move |m| m.create_vssd(&spec),
+        move |e| match e {
+            ControlError::Overlap { channel, ours, .. } if hide => ApiError(
+                StatusCode::CONFLICT,
+                format!("placement overlaps flash another vSSD owns on channel {channel} (blocks {ours})"),
+            ),
+            e => e.into(),
+        },
+    )
+    .await?;
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, format!("/v1/vssds/{}", info.name))],

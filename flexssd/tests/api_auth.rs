@@ -245,6 +245,38 @@ fn tenants_see_and_change_only_their_own_vssds() {
 }
 
 #[test]
+fn an_overlapping_placement_does_not_name_another_tenants_vssd() {
+    let d = Daemon::start_api(SMALL, TOKEN_AUTH, None, "", &[]);
+    let a = new_token(&d, "tenant-a", "tenant");
+    let b = new_token(&d, "tenant-b", "tenant");
+    let place = |t: &str, name: &str, blocks: &str| {
+        http_as(
+            &d,
+            Some(t),
+            "POST",
+            "/v1/vssds",
+            Some(json!({"name": name, "channel_ids": [3], "blocks": blocks})),
+        )
+    };
+    let (code, v) = place(&b, "b-secret", "0..10");
+    assert_eq!(code, 201, "{v}");
+    // A meets B's flash: 409 with the channel and its own blocks only.
+    let (code, v) = place(&a, "a-try", "6..16");
+    assert_eq!(code, 409, "{v}");
+    let msg = v["error"].as_str().unwrap();
+    assert!(msg.contains("channel 3") && msg.contains("6..16"), "{msg}");
+    assert!(
+        !msg.contains("b-secret") && !msg.contains("0..10"),
+        "leaks: {msg}"
+    );
+    // The admin hears who owns it.
+    let admin = d.token.clone().unwrap();
+    let (code, v) = place(&admin, "admin-try", "6..16");
+    assert_eq!(code, 409, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("b-secret"), "{v}");
+}
+
+#[test]
 fn missing_malformed_and_revoked_tokens_get_401() {
     let d = Daemon::start_api(SMALL, TOKEN_AUTH, None, "", &[]);
     let a = new_token(&d, "tenant-a", "tenant");
