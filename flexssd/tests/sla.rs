@@ -127,6 +127,57 @@ fn curves_shape_real_clients_live_and_persist() {
     assert!(free < slow / 2, "cleared {free:?} vs limited {slow:?}");
 }
 
+/// A piece booked far ahead under a tight curve is released when the curve is
+/// cleared: it gives its booking back and asks again under the new terms.
+#[test]
+fn clearing_an_sla_releases_pieces_already_waiting() {
+    let Some(py) = nbd_python() else {
+        eprintln!("SKIP sla test: libnbd's Python bindings (python3-libnbd) are not installed");
+        return;
+    };
+    let d = Daemon::start(BODY);
+    let uri = d.uri("t");
+    // 0.01 writes of 4 KiB a second: the first 64 KiB write rides on the
+    // bucket, the second is booked minutes ahead.
+    ok(&d.cli(&["sla", "set", "t", "--sla-curve", "0:1,0.01:0"]));
+    let script = format!(
+        r#"
+import nbd
+h = nbd.NBD()
+h.connect_uri("{uri}")
+h.pwrite(b"\x43" * 65536, 0)
+h.pwrite(b"\x44" * 65536, 65536)
+print("written")
+"#
+    );
+    let t0 = Instant::now();
+    let mut child = Command::new(py)
+        .arg("-c")
+        .arg(&script)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the write was not held back by the curve"
+    );
+    ok(&d.cli(&["sla", "set", "t", "--clear"]));
+    let out = loop {
+        if child.try_wait().unwrap().is_some() {
+            break child.wait_with_output().unwrap();
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            child.kill().ok();
+            panic!("the write still waits 20 s after its SLA was cleared");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(String::from_utf8_lossy(&out.stdout).contains("written"));
+    let (_, e) = nbd_io(py, &uri, 1, false);
+    assert!(e.is_none(), "{e:?}");
+}
+
 #[test]
 fn bad_slas_and_curves_get_clear_errors() {
     let d = Daemon::start(BODY);

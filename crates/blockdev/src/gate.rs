@@ -51,4 +51,19 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
     fn max_piece(&self) -> u64 {
         u64::MAX
     }
+
+    /// A count that changes whenever the gate's terms change (an SLA set,
+    /// relaxed or cleared). A caller waiting for a time booked under older
+    /// terms gives the booking back ([`Gate::cancel`]) and asks again, so a
+    /// cleared SLA releases pieces it had booked far ahead. Default: terms
+    /// that never change.
+    fn terms(&self) -> u64 {
+        0
+    }
+
+    /// Gives back a booking of `len` bytes that [`Gate::reserve`] made for time
+    /// `at` and that will not be used. Default: nothing to give back.
+    fn cancel(&self, dir: Dir, len: u64, at: Nanos) {
+        let _ = (dir, len, at);
+    }
 }

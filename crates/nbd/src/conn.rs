@@ -726,7 +726,35 @@ impl Admission {
         let wait_until = (gate.clock().now() < t).then_some(t);
         Ok(Ticket { wait_until, booked })
     }
+
+    /// The gate's terms ([`Gate::terms`]); the open gate's never change.
+    fn terms(&self) -> u64 {
+        match self {
+            Self::Open => 0,
+            Self::Gated(g) => g.terms(),
+        }
+    }
+
+    /// The gate's time now (the open gate never makes anyone wait: 0).
+    fn now(&self) -> Nanos {
+        match self {
+            Self::Open => 0,
+            Self::Gated(g) => g.clock().now(),
+        }
+    }
+
+    /// Gives back a booking that will not be used ([`Gate::cancel`]).
+    fn cancel(&self, dir: Dir, len: u64, at: Nanos) {
+        if let Self::Gated(g) = self {
+            g.cancel(dir, len, at);
+        }
+    }
 }
+
+/// Longest a piece waits for its booked time without looking whether the
+/// gate's terms changed (an SLA cleared or relaxed meanwhile): it then gives
+/// the booking back and asks again.
+const TERMS_RECHECK_NS: Nanos = 50_000_000;
 
 /// The reader side of a connection in transmission.
 struct Conn<R> {
@@ -1282,19 +1310,37 @@ impl<R: AsyncRead + Unpin> Conn<R> {
             if let Some(at) = ticket.wait_until {
                 // Let queued replies go out while this tenant waits its turn.
                 self.kick();
-                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-                let Some(pacer) = &self.pacer else {
-                    unreachable!("only a gate makes a request wait, and it brings a pacer");
-                };
-                pacer.schedule(at, move || {
-                    let _ = tx.send(());
-                });
-                tokio::select! {
-                    biased;
-                    _ = wait_shutdown(&mut self.shutdown) => {
-                        return Ok(Err(IoError::Gone("the server is shutting down".into())));
+                let terms = self.gate.terms();
+                let mut retimed = false;
+                while self.gate.now() < at {
+                    // In steps, looking for new terms between them.
+                    let until = at.min(self.gate.now().saturating_add(TERMS_RECHECK_NS));
+                    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+                    let Some(pacer) = &self.pacer else {
+                        unreachable!("only a gate makes a request wait, and it brings a pacer");
+                    };
+                    pacer.schedule(until, move || {
+                        let _ = tx.send(());
+                    });
+                    tokio::select! {
+                        biased;
+                        _ = wait_shutdown(&mut self.shutdown) => {
+                            return Ok(Err(IoError::Gone("the server is shutting down".into())));
+                        }
+                        _ = rx => {}
                     }
-                    _ = rx => {}
+                    if self.gate.terms() != terms {
+                        retimed = true;
+                        break;
+                    }
+                }
+                if retimed {
+                    // Booked under terms that no longer hold: give it back
+                    // and ask again under the new ones.
+                    if ticket.booked {
+                        self.gate.cancel(dir, len, at);
+                    }
+                    continue;
                 }
             }
             if ticket.booked {

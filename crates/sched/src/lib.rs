@@ -41,7 +41,7 @@
 mod region;
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use blockdev::{Admit, Dir, Gate, IoError, IoResult, Nanos};
@@ -318,6 +318,8 @@ pub struct Scheduler {
     clock: Arc<dyn Clock>,
     /// Nothing to enforce (no curves at all): gates admit at once without locking.
     idle: AtomicBool,
+    /// Bumped at every change of a curve ([`Gate::terms`]).
+    terms: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -363,6 +365,7 @@ impl Scheduler {
             depth,
             clock,
             idle: AtomicBool::new(unit_curve.is_none()),
+            terms: AtomicU64::new(0),
             state: Mutex::new(State {
                 tenants: BTreeMap::new(),
                 unit: None,
@@ -378,9 +381,35 @@ impl Scheduler {
         Region::new(c, self.cfg.unit_bytes, self.cfg.slice_us as f64 * 1e-6)
     }
 
+    /// After any change of a curve: whether there is anything to enforce, and
+    /// new terms for waiters booked under the old ones.
     fn update_idle(&self, st: &State) {
         let idle = st.unit.is_none() && st.tenants.values().all(|t| t.region.is_none());
         self.idle.store(idle, Ordering::Release);
+        self.terms.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Gives back `tenant`'s booking of `len` bytes for time `at` (see
+    /// [`Gate::cancel`]): its carried usage, and the slice's where it is still
+    /// booked. Usage a full slice spilled into the next ones stays there, a
+    /// little conservatively.
+    fn cancel(&self, tenant: &str, dir: Dir, len: u64, at: Nanos) {
+        let mut st = self.state.lock();
+        let lenf = len as f64;
+        if let Some(t) = st.tenants.get_mut(tenant) {
+            match dir {
+                Dir::Read => t.r = (t.r - lenf).max(0.0),
+                Dir::Write => t.w = (t.w - lenf).max(0.0),
+            }
+        }
+        let s = at / self.slice_ns;
+        if s >= st.base && ((s - st.base) as usize) < st.slices.len() {
+            let u = st.slice_mut(s);
+            match dir {
+                Dir::Read => u.r = (u.r - lenf).max(0.0),
+                Dir::Write => u.w = (u.w - lenf).max(0.0),
+            }
+        }
     }
 
     /// The settings.
@@ -434,8 +463,9 @@ impl Scheduler {
         })
     }
 
-    /// Changes a tenant's agreement (live; requests already booked keep their
-    /// slots). The usage carried so far is kept.
+    /// Changes a tenant's agreement (live). The usage carried so far is kept;
+    /// requests waiting for a slot booked under the old agreement are asked
+    /// again by their callers ([`Gate::terms`]).
     pub fn set_tenant(&self, name: &str, sla: TenantSla) -> Result<(), SchedError> {
         if sla.weight == 0 {
             return Err(SchedError::ZeroWeight(name.into()));
@@ -692,6 +722,14 @@ impl Gate for TenantGate {
 
     fn max_piece(&self) -> u64 {
         self.sched.cfg.piece_bytes
+    }
+
+    fn terms(&self) -> u64 {
+        self.sched.terms.load(Ordering::Acquire)
+    }
+
+    fn cancel(&self, dir: Dir, len: u64, at: Nanos) {
+        self.sched.cancel(&self.name, dir, len, at);
     }
 }
 
