@@ -347,7 +347,7 @@ fn cli_errors_are_clear() {
             "--channel-ids",
             "0",
             "--blocks",
-            "0..4",
+            "0..8",
         ],
         "overlaps vSSD \"default\"",
     );
@@ -450,6 +450,16 @@ fn http_api_status_codes_and_errors() {
             json!({"name": "x", "channel_ids": [7], "blocks": "0..99"}),
             400,
             "outside",
+        ),
+        (
+            json!({"name": "x", "channel_ids": [7], "blocks": "0..4"}),
+            400,
+            "block range 0..4 is too small to export anything",
+        ),
+        (
+            json!({"name": "x", "channel_ids": [7], "blocks": "0..4"}),
+            400,
+            "give at least 6 blocks per plane",
         ),
         (
             json!({"name": "x", "channels": 1, "gc": "fifo"}),

@@ -250,6 +250,15 @@ fn bad_placements_are_explained() {
         (placed("a", &[1, 1], None), "listed twice"),
         (placed("a", &[1], Some("8..17")), "outside"),
         (placed("a", &[], None), "at least one"),
+        // 2 dies, 1 plane: GC's 5 blocks per die leave nothing of 4 or 5.
+        (
+            placed("a", &[1], Some("0..4")),
+            "too small to export anything",
+        ),
+        (
+            placed("a", &[1], Some("3..8")),
+            "at least 6 blocks per plane",
+        ),
         (
             VssdSpec {
                 channels: Some(2),
