@@ -79,9 +79,7 @@ use std::collections::BTreeSet;
 
 use auth::{Presented, Principal, Role, TokenInfo};
 use axum::body::Bytes;
-use axum::extract::{
-    DefaultBodyLimit, FromRequest, FromRequestParts, Path as UrlPath, Request, State,
-};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
@@ -255,7 +253,8 @@ pub fn router_with(
             .route("/v1/dashboard", get(dashboard::get_fragment))
             .route("/v1/vssds/:name/rates", get(dashboard::get_rates));
     }
-    r.route("/v1/devices/:name/flash", get(dashboard::get_flash))
+    let r = r
+        .route("/v1/devices/:name/flash", get(dashboard::get_flash))
         .route("/v1/info", get(get_info))
         .route("/v1/devices", get(list_devices))
         .route("/v1/devices/:name", get(get_device))
@@ -294,8 +293,12 @@ pub fn router_with(
         // else looks at the request, then the caller is authenticated.
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(DefaultBodyLimit::max(max_body))
-        .layer(middleware::from_fn_with_state(state.clone(), limit_body))
-        .with_state(state)
+        .layer(middleware::from_fn_with_state(state.clone(), limit_body));
+    // Around the whole router: a route's 405 gets its `Allow` header only
+    // after the layers of the router itself have seen it.
+    Router::new()
+        .fallback_service(r.with_state(state))
+        .layer(middleware::from_fn(method_not_allowed))
 }
 
 /// Refuses a request whose `Content-Length` is above the limit before its body
@@ -417,6 +420,50 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
                 )
             })
     }
+}
+
+/// The request's path parameters, like axum's `Path`, but refused with a JSON
+/// 400 that names the parameter and the problem (`{"error": ...}`).
+pub(crate) struct UrlPath<T>(pub T);
+
+#[axum::async_trait]
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> for UrlPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, st: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, st).await {
+            Ok(axum::extract::Path(v)) => Ok(UrlPath(v)),
+            Err(e) => Err(ApiError(
+                e.status(),
+                format!("invalid path {}: {}", parts.uri.path(), e.body_text()),
+            )),
+        }
+    }
+}
+
+/// Gives the router's bodiless 405 (a known route, another method) a JSON
+/// error naming the method and the methods the route has, keeping its `Allow`
+/// header.
+async fn method_not_allowed(req: Request, next: Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let r = next.run(req).await;
+    if r.status() != StatusCode::METHOD_NOT_ALLOWED {
+        return r;
+    }
+    let allow = r.headers().get(header::ALLOW).cloned();
+    let allowed = allow
+        .as_ref()
+        .and_then(|v| v.to_str().ok())
+        .map_or(String::new(), |a| format!(" (it allows {a})"));
+    let mut out = ApiError(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method {method} is not allowed on {path}{allowed}"),
+    )
+    .into_response();
+    if let Some(a) = allow {
+        out.headers_mut().insert(header::ALLOW, a);
+    }
+    out
 }
 
 /// A request body within `[api] max_body_bytes` (413 naming the limit
@@ -665,10 +712,18 @@ async fn get_curves(
     Ok(Json(blocking(&st, move |m| m.unit_curves(&name)).await?))
 }
 
+/// The path of `/v1/devices/{name}/curves/{channels}`; by field, so that a
+/// bad channel count is refused by its name.
+#[derive(Deserialize)]
+struct CurvePath {
+    name: String,
+    channels: u32,
+}
+
 async fn put_curve(
     State(st): State<Shared>,
     Caller(p): Caller,
-    UrlPath((name, channels)): UrlPath<(String, u32)>,
+    UrlPath(CurvePath { name, channels }): UrlPath<CurvePath>,
     Body(b): Body,
 ) -> ApiResult<impl IntoResponse> {
     require_admin(&p, &format!("store a unit curve of device {name:?}"))?;
@@ -680,7 +735,7 @@ async fn put_curve(
 async fn delete_curve(
     State(st): State<Shared>,
     Caller(p): Caller,
-    UrlPath((name, channels)): UrlPath<(String, u32)>,
+    UrlPath(CurvePath { name, channels }): UrlPath<CurvePath>,
 ) -> ApiResult<impl IntoResponse> {
     require_admin(&p, &format!("delete a unit curve of device {name:?}"))?;
     blocking(&st, move |m| m.set_unit_curve(&name, channels, None)).await?;
@@ -813,8 +868,8 @@ async fn release_harvest_volume(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EventsQuery {
-    #[serde(default)]
-    since: u64,
+    /// Parsed here rather than by serde, whose error would not name it.
+    since: Option<String>,
 }
 
 /// Harvest events; a tenant gets those about its vSSDs (as a gSSD's home)
@@ -824,8 +879,25 @@ async fn list_events(
     Caller(p): Caller,
     q: Result<axum::extract::Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Vec<control::HarvestEvent>>> {
-    let q = q.map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("invalid query: {e}")))?;
-    let mut events = st.mgr.harvest_events(q.since);
+    let q = q.map_err(|e| {
+        ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("invalid query: {}", e.body_text()),
+        )
+    })?;
+    let since = match q.0.since {
+        None => 0,
+        Some(s) => s.parse::<u64>().map_err(|e| {
+            ApiError(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "invalid query: since = {s:?} is not a sequence number (0 to {}): {e}",
+                    u64::MAX
+                ),
+            )
+        })?,
+    };
+    let mut events = st.mgr.harvest_events(since);
     if !p.is_admin() {
         let mine = owned(&st, &p);
         events.retain(|e| {

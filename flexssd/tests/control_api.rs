@@ -347,7 +347,7 @@ fn cli_errors_are_clear() {
             "--channel-ids",
             "0",
             "--blocks",
-            "0..4",
+            "0..8",
         ],
         "overlaps vSSD \"default\"",
     );
@@ -452,6 +452,16 @@ fn http_api_status_codes_and_errors() {
             "outside",
         ),
         (
+            json!({"name": "x", "channel_ids": [7], "blocks": "0..4"}),
+            400,
+            "block range 0..4 is too small to export anything",
+        ),
+        (
+            json!({"name": "x", "channel_ids": [7], "blocks": "0..4"}),
+            400,
+            "give at least 6 blocks per plane",
+        ),
+        (
             json!({"name": "x", "channels": 1, "gc": "fifo"}),
             400,
             "unknown variant",
@@ -480,6 +490,61 @@ fn http_api_status_codes_and_errors() {
     );
     assert_eq!(d.http("DELETE", "/v1/vssds/nope", None).0, 404);
     assert_eq!(d.http("GET", "/v1/nothing", None).0, 404);
+    // Bad query strings, path numbers and methods are JSON errors that say
+    // what is wrong, like every other error of the API.
+    for (method, path, want_code, want) in [
+        (
+            "GET",
+            "/v1/events?since=abc",
+            400,
+            "since = \"abc\" is not a sequence number",
+        ),
+        (
+            "GET",
+            "/v1/events?since=-1",
+            400,
+            "since = \"-1\" is not a sequence number",
+        ),
+        (
+            "GET",
+            "/v1/events?since=99999999999999999999",
+            400,
+            "number too large",
+        ),
+        ("GET", "/v1/events?sinse=1", 400, "unknown field `sinse`"),
+        (
+            "PUT",
+            "/v1/devices/ssd0/curves/abc",
+            400,
+            "/v1/devices/ssd0/curves/abc: Invalid URL: Cannot parse `channels`",
+        ),
+        (
+            "PATCH",
+            "/v1/vssds",
+            405,
+            "method PATCH is not allowed on /v1/vssds",
+        ),
+    ] {
+        let body = (method == "PUT").then(|| json!({}));
+        let (code, v) = d.http(method, path, body);
+        assert_eq!(code, want_code, "{method} {path} -> {v}");
+        let msg = v["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{method} {path}: no error field in {v}"));
+        assert!(
+            msg.contains(want),
+            "{method} {path}: expected {want:?} in {msg:?}"
+        );
+    }
+    let Err(ureq::Error::Status(405, resp)) =
+        ureq::request("PATCH", &format!("{}/v1/vssds", d.api)).call()
+    else {
+        panic!("PATCH /v1/vssds was not a 405");
+    };
+    let allow = resp.header("allow").unwrap_or_default().to_owned();
+    assert!(allow.contains("GET") && allow.contains("POST"), "{allow}");
+    let body = resp.into_string().unwrap();
+    assert!(body.contains(&allow), "{allow} not in {body}");
 
     let (code, v) = d.http("GET", "/v1/vssds/a", None);
     assert_eq!(code, 200);

@@ -219,6 +219,30 @@ fn bad_slas_and_curves_get_clear_errors() {
     );
     assert_eq!(code, 400);
     assert!(msg.contains("p42"), "{msg}");
+    // A bound that no latency can meet is refused, and nothing is stored.
+    let (code, msg) = put(
+        "/v1/devices/ssd0/curves/2",
+        r#"{"percentile":"p95","bound_us":-5,"curve":[[0,100],[10,0]]}"#,
+    );
+    assert_eq!(code, 400, "{msg}");
+    assert!(msg.contains("bound_us = -5"), "{msg}");
+    let stored = ureq::get(&format!("{}/v1/devices/ssd0/curves", d.api))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert_eq!(stored, "{}");
+    // Forgetting a curve that was never stored is a 404 that says which.
+    let r = ureq::delete(&format!("{}/v1/devices/ssd0/curves/3", d.api)).call();
+    let Err(ureq::Error::Status(code, resp)) = r else {
+        panic!("deleting a missing curve: {r:?}");
+    };
+    let msg = resp.into_string().unwrap();
+    assert_eq!(code, 404, "{msg}");
+    assert!(
+        msg.contains(r#"device \"ssd0\" has no unit curve stored for 3-channel units"#),
+        "{msg}"
+    );
     // measure-device: bad arguments are named.
     let e = err(&d.cli(&[
         "sla",

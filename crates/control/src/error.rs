@@ -173,6 +173,14 @@ pub enum ControlError {
     /// No API token with that id.
     #[error("no API token with id {0:?} (see `flexssd token list`)")]
     NoSuchToken(String),
+    /// No measured curve is stored for a device's units of that many channels.
+    #[error("device {device:?} has no unit curve stored for {channels}-channel units")]
+    NoSuchUnitCurve {
+        /// The device.
+        device: String,
+        /// The unit size, in channels.
+        channels: u32,
+    },
     /// A new API token's random id is taken (astronomically unlikely; retry).
     #[error("API token id {0:?} exists already; create the token again")]
     TokenIdTaken(String),
@@ -263,7 +271,8 @@ impl ControlError {
             | NoSuchDevice(_)
             | NoSuchTier(_)
             | NoSuchHarvestVolume(_)
-            | NoSuchToken(_) => ErrorKind::NotFound,
+            | NoSuchToken(_)
+            | NoSuchUnitCurve { .. } => ErrorKind::NotFound,
             TokenIdTaken(_) => ErrorKind::Conflict,
             UnderHarvest { .. } => ErrorKind::NoSpace,
             HarvesterOff | HasHarvestVolumes { .. } => ErrorKind::Conflict,

@@ -21,7 +21,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use axum::extract::{Path as UrlPath, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{header, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -29,7 +29,9 @@ use control::{DashboardSettings, HostManager};
 use dashboard::{History, Snapshot, View, Viewer, VssdRow};
 use serde::{Deserialize, Serialize};
 
-use super::{blocking, owned, require_admin, require_vssd, ApiError, ApiResult, Caller, Shared};
+use super::{
+    blocking, owned, require_admin, require_vssd, ApiError, ApiResult, Caller, Shared, UrlPath,
+};
 
 /// The counter history the dashboard's rates come from.
 pub struct Sampler {

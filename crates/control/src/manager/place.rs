@@ -82,6 +82,14 @@ impl HostManager {
                     blocks: range.len(),
                 })
                 .collect();
+            if ftl::max_capacity(&geo, &extents) == 0 {
+                return Err(ControlError::Invalid(too_small(
+                    &geo,
+                    ids,
+                    range,
+                    &d.rec.name,
+                )));
+            }
             for v in st.vssds.values().filter(|v| v.rec.device == d.rec.name) {
                 for theirs in &v.rec.extents {
                     for ours in &extents {
@@ -132,5 +140,45 @@ impl HostManager {
             requested: n,
             free: free as u32,
         })
+    }
+}
+
+/// Why a block range on `ids` exports nothing: garbage collection keeps a
+/// reserve of blocks on every die, and the range does not reach past it.
+/// Names the fewest blocks per plane that export something, if a plane of
+/// the device has that many.
+fn too_small(geo: &flash::Geometry, ids: &[u32], range: BlockRange, device: &str) -> String {
+    let with = |blocks: u32| -> Vec<Extent> {
+        ids.iter()
+            .map(|&c| Extent {
+                channel: c,
+                first_block: 0,
+                blocks,
+            })
+            .collect()
+    };
+    let head = format!(
+        "block range {range} is too small to export anything: garbage collection keeps \
+         a reserve of blocks on each of the {} dies per channel of device {device}",
+        geo.dies_per_channel
+    );
+    let need =
+        (range.len() + 1..=geo.blocks_per_plane).find(|&n| ftl::max_capacity(geo, &with(n)) > 0);
+    match need {
+        Some(n) => {
+            let start = if range.start + n <= geo.blocks_per_plane {
+                range.start
+            } else {
+                0
+            };
+            format!(
+                "{head}; give at least {n} blocks per plane (e.g. \"{start}..{}\")",
+                start + n
+            )
+        }
+        None => format!(
+            "{head}, more than all {} blocks of a plane",
+            geo.blocks_per_plane
+        ),
     }
 }

@@ -212,6 +212,19 @@ impl HostManager {
                 )));
             }
         }
+        match &curve {
+            Some(c) => check_unit_curve(c)?,
+            // Only this function writes unit curves, and it holds the
+            // lifecycle lock: nothing can store one between here and the
+            // removal.
+            None if !self.store.unit_curves(device)?.contains_key(&channels) => {
+                return Err(ControlError::NoSuchUnitCurve {
+                    device: device.into(),
+                    channels,
+                });
+            }
+            None => {}
+        }
         self.store
             .put_unit_curve(device, channels, curve.as_ref())?;
         let st = self.state.read();
@@ -244,4 +257,25 @@ impl HostManager {
             })
             .collect()
     }
+}
+
+/// Refuses a unit curve whose latency bound or samples are not finite
+/// positive numbers (the curve itself was checked when it was built).
+fn check_unit_curve(c: &UnitCurve) -> Result<()> {
+    if !(c.bound_us.is_finite() && c.bound_us > 0.0) {
+        return Err(ControlError::Invalid(format!(
+            "unit curve bound_us = {}: the latency bound must be a finite number of \
+             microseconds above 0",
+            c.bound_us
+        )));
+    }
+    for (i, s) in c.samples.iter().enumerate() {
+        let ok = |x: f64| x.is_finite() && x >= 0.0;
+        if !(ok(s.write_iops) && ok(s.read_iops) && ok(s.latency_us)) {
+            return Err(ControlError::Invalid(format!(
+                "unit curve samples[{i}] = {s:?}: rates and latency must be finite and not negative"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -250,6 +250,15 @@ fn bad_placements_are_explained() {
         (placed("a", &[1, 1], None), "listed twice"),
         (placed("a", &[1], Some("8..17")), "outside"),
         (placed("a", &[], None), "at least one"),
+        // 2 dies, 1 plane: GC's 5 blocks per die leave nothing of 4 or 5.
+        (
+            placed("a", &[1], Some("0..4")),
+            "too small to export anything",
+        ),
+        (
+            placed("a", &[1], Some("3..8")),
+            "at least 6 blocks per plane",
+        ),
         (
             VssdSpec {
                 channels: Some(2),
@@ -813,6 +822,23 @@ fn bad_slas_are_refused_and_change_nothing() {
     let e = m.set_unit_curve("ssd0", 9, None).unwrap_err();
     assert!(e.to_string().contains("impossible"), "{e}");
     assert!(m.set_unit_curve("ssd9", 1, None).is_err());
+    let unit = |bound_us| crate::measure::UnitCurve {
+        percentile: ::sla::catalog::Percentile::P95,
+        bound_us,
+        curve: ::sla::Curve::new(vec![(0.0, 100.0), (10.0, 0.0)]).unwrap(),
+        samples: vec![],
+    };
+    for bad in [-5.0, 0.0, f64::NAN, f64::INFINITY] {
+        let e = m.set_unit_curve("ssd0", 2, Some(unit(bad))).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::BadRequest, "{bad}: {e}");
+        assert!(e.to_string().contains("bound_us"), "{e}");
+    }
+    assert!(m.unit_curves("ssd0").unwrap().is_empty());
+    let e = m.set_unit_curve("ssd0", 2, None).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    assert!(e.to_string().contains("2-channel units"), "{e}");
+    m.set_unit_curve("ssd0", 2, Some(unit(500.0))).unwrap();
+    m.set_unit_curve("ssd0", 2, None).unwrap();
 }
 
 #[test]
