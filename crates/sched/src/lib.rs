@@ -478,6 +478,12 @@ impl Scheduler {
             .ok_or_else(|| SchedError::UnknownTenant(name.into()))?;
         t.sla = sla;
         t.region = region;
+        // The tenant's cursor may stand at a slot booked far ahead under the
+        // old curve; its waiters give those back and ask again, from now. (Its
+        // carried usage was decayed to that slot: for the moment after a
+        // change, a little lenient.)
+        let now_slice = self.clock.now() / self.slice_ns;
+        t.slice = t.slice.min(now_slice);
         self.update_idle(&st);
         Ok(())
     }

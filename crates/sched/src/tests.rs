@@ -458,3 +458,28 @@ fn reservations_from_racing_threads_never_fall_behind_the_window() {
     let total: u64 = s.report().iter().map(|r| r.stats.pieces).sum();
     assert_eq!(total, 8000);
 }
+
+#[test]
+fn new_terms_let_a_waiting_booking_be_given_back_and_asked_again() {
+    let (clock, s) = sched(None);
+    // 10 writes of 4 KiB a second (no reads): the second 64 KiB piece waits.
+    let g = s
+        .add_tenant("t", tenant(Some(linear(0.0001, 10.0)), 1, false))
+        .unwrap();
+    at(&g, Dir::Write, 16 * K);
+    let later = at(&g, Dir::Write, 16 * K);
+    assert!(later >= SEC, "booked {later} ns ahead");
+    let terms = g.terms();
+    // A relaxed curve: new terms; the waiting booking is given back, and
+    // asked again it runs at once, not after the old slot.
+    s.set_tenant("t", tenant(Some(linear(0.0001, 100_000.0)), 1, false))
+        .unwrap();
+    assert_ne!(g.terms(), terms);
+    g.cancel(Dir::Write, 16 * K, later);
+    assert_eq!(at(&g, Dir::Write, 16 * K), clock.now());
+    // Cleared: new terms again, and nothing waits.
+    let terms = g.terms();
+    s.set_tenant("t", tenant(None, 1, false)).unwrap();
+    assert_ne!(g.terms(), terms);
+    assert_eq!(at(&g, Dir::Write, 16 * K), clock.now());
+}
