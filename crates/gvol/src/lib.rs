@@ -625,7 +625,7 @@ impl GhostVolume {
         }
         let seg = map.remove(&volume_offset).expect("looked up above");
         if lost {
-            self.inner.lost.write().insert(volume_offset, seg.len);
+            self.add_lost(volume_offset, seg.len);
         }
         let info = SegmentInfo {
             offset: volume_offset,
@@ -647,9 +647,18 @@ impl GhostVolume {
         self.within_volume(volume_offset, len)?;
         let map = self.inner.map.write();
         no_segment_in(&map, volume_offset, len)?;
+        self.add_lost(volume_offset, len);
+        drop(map);
+        Ok(())
+    }
+
+    /// Records `[offset, offset + len)` as lost, merged with the lost ranges
+    /// it overlaps or touches (so that [`GhostVolume::lost_within`] needs to
+    /// look at one range before `offset`). The caller holds the map's write
+    /// lock.
+    fn add_lost(&self, offset: u64, len: u64) {
         let mut lost = self.inner.lost.write();
-        lost.insert(volume_offset, len);
-        // Merge with overlapping or touching lost ranges.
+        lost.insert(offset, len);
         let mut merged: Vec<(u64, u64)> = Vec::with_capacity(lost.len());
         for (&o, &l) in lost.iter() {
             match merged.last_mut() {
@@ -658,8 +667,6 @@ impl GhostVolume {
             }
         }
         *lost = merged.into_iter().collect();
-        drop(map);
-        Ok(())
     }
 
     /// Refuses a range that reaches past the end of the volume.
@@ -676,7 +683,6 @@ impl GhostVolume {
 
     /// The lost ranges, `(first byte, length)` in volume order.
     pub fn lost(&self) -> Vec<(u64, u64)> {
-        let _map = self.inner.map.read();
         self.inner
             .lost
             .read()
@@ -710,8 +716,11 @@ impl GhostVolume {
         ))
     }
 
-    /// Fails if a hole piece `[offset, offset + len)` of a request holds lost bytes.
-    fn check_hole(&self, offset: u64, len: u64) -> IoResult<()> {
+    /// Fails if `[offset, offset + len)` holds lost bytes. Lost ranges never
+    /// overlap a segment (`attach` refuses them, `mark_lost` refuses a
+    /// segment, `evict` removes the segment), so a request that one segment
+    /// holds never needs to ask, and one check covers the others whole.
+    fn check_not_lost(&self, offset: u64, len: u64) -> IoResult<()> {
         match self.lost_within(offset, len) {
             Some(r) => Err(self.lost_error(r)),
             None => Ok(()),
@@ -902,6 +911,7 @@ impl GhostVolume {
         if let Some((s, seg)) = within(&map, offset, len as u64) {
             return lend_from(&*seg.target.dev, seg.target.base + offset - s, len);
         }
+        self.check_not_lost(offset, len as u64)?;
         let mut completion = 0;
         let mut loans = Vec::new();
         split(&map, offset, len as u64, |p| {
@@ -914,10 +924,7 @@ impl GhostVolume {
                     completion = completion.max(c);
                     loans.extend(l);
                 }
-                Piece::Hole { buf_off, len } => {
-                    self.check_hole(offset + buf_off, len)?;
-                    Loan::push_zeros(&mut loans, len as usize)
-                }
+                Piece::Hole { len, .. } => Loan::push_zeros(&mut loans, len as usize),
             }
             Ok(())
         })?;
@@ -944,6 +951,7 @@ impl BlockDev for GhostVolume {
         if let Some((s, seg)) = within(&map, offset, buf.len() as u64) {
             return seg.target.dev.read(seg.target.base + offset - s, buf);
         }
+        self.check_not_lost(offset, buf.len() as u64)?;
         let mut completion = 0;
         split(&map, offset, buf.len() as u64, |p| {
             match p {
@@ -959,7 +967,6 @@ impl BlockDev for GhostVolume {
                     completion = completion.max(c);
                 }
                 Piece::Hole { buf_off, len } => {
-                    self.check_hole(offset + buf_off, len)?;
                     buf[buf_off as usize..(buf_off + len) as usize].fill(0);
                 }
             }
@@ -986,12 +993,10 @@ impl BlockDev for GhostVolume {
                 t.dev.write(at, &data[o as usize..(o + n) as usize], fua)
             });
         }
-        // Refuse before writing anything if some byte is unbacked.
+        // Refuse before writing anything if some byte is lost or unbacked.
+        self.check_not_lost(offset, len)?;
         split(&map, offset, len, |p| match p {
-            Piece::Hole { buf_off, len } => {
-                self.check_hole(offset + buf_off, len)?;
-                Err(self.unbacked(offset + buf_off, len))
-            }
+            Piece::Hole { buf_off, len } => Err(self.unbacked(offset + buf_off, len)),
             Piece::Mapped { .. } => Ok(()),
         })?;
         let mut completion = 0;
@@ -1058,10 +1063,7 @@ impl BlockDev for GhostVolume {
         self.check(offset, len)?;
         let map = self.inner.map.read();
         // Lost bytes cannot be made to read as zeros: refuse before zeroing any.
-        split(&map, offset, len, |p| match p {
-            Piece::Hole { buf_off, len } => self.check_hole(offset + buf_off, len),
-            Piece::Mapped { .. } => Ok(()),
-        })?;
+        self.check_not_lost(offset, len)?;
         let mut completion = 0;
         split(&map, offset, len, |p| {
             if let Piece::Mapped {
