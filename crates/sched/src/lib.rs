@@ -173,6 +173,9 @@ struct Tenant {
     burst_slice: u64,
     burst: f64,
     stats: TenantStats,
+    /// The tenant's terms ([`Gate::terms`]): new at every change of its curve
+    /// or of the unit's.
+    terms: u64,
 }
 
 impl Tenant {
@@ -318,7 +321,7 @@ pub struct Scheduler {
     clock: Arc<dyn Clock>,
     /// Nothing to enforce (no curves at all): gates admit at once without locking.
     idle: AtomicBool,
-    /// Bumped at every change of a curve ([`Gate::terms`]).
+    /// Source of tenants' terms ([`Gate::terms`]), each value used once.
     terms: AtomicU64,
     state: Mutex<State>,
 }
@@ -381,12 +384,20 @@ impl Scheduler {
         Region::new(c, self.cfg.unit_bytes, self.cfg.slice_us as f64 * 1e-6)
     }
 
-    /// After any change of a curve: whether there is anything to enforce, and
-    /// new terms for waiters booked under the old ones.
     fn update_idle(&self, st: &State) {
         let idle = st.unit.is_none() && st.tenants.values().all(|t| t.region.is_none());
         self.idle.store(idle, Ordering::Release);
-        self.terms.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// New terms for `t`, whose curve (or the unit's) changed: its waiters
+    /// booked under the old ones give their slots back and ask again
+    /// ([`Gate::terms`]), from now. Its cursor may stand at a slot booked far
+    /// ahead under the old curve, so it comes back to `now_slice` (its carried
+    /// usage was decayed to that slot: for the moment after a change, a
+    /// little lenient).
+    fn new_terms(&self, t: &mut Tenant, now_slice: u64) {
+        t.terms = self.terms.fetch_add(1, Ordering::Relaxed) + 1;
+        t.slice = t.slice.min(now_slice);
     }
 
     /// Gives back `tenant`'s booking of `len` bytes for time `at` (see
@@ -421,6 +432,10 @@ impl Scheduler {
     pub fn set_unit_curve(&self, curve: Option<Curve>) {
         let mut st = self.state.lock();
         st.unit = curve.map(|c| self.region(c));
+        let now_slice = self.clock.now() / self.slice_ns;
+        for t in st.tenants.values_mut() {
+            self.new_terms(t, now_slice);
+        }
         self.update_idle(&st);
     }
 
@@ -454,6 +469,7 @@ impl Scheduler {
                 burst_slice: 0,
                 burst: 0.0,
                 stats: TenantStats::default(),
+                terms: self.terms.fetch_add(1, Ordering::Relaxed) + 1,
             },
         );
         self.update_idle(&st);
@@ -478,12 +494,7 @@ impl Scheduler {
             .ok_or_else(|| SchedError::UnknownTenant(name.into()))?;
         t.sla = sla;
         t.region = region;
-        // The tenant's cursor may stand at a slot booked far ahead under the
-        // old curve; its waiters give those back and ask again, from now. (Its
-        // carried usage was decayed to that slot: for the moment after a
-        // change, a little lenient.)
-        let now_slice = self.clock.now() / self.slice_ns;
-        t.slice = t.slice.min(now_slice);
+        self.new_terms(t, self.clock.now() / self.slice_ns);
         self.update_idle(&st);
         Ok(())
     }
@@ -730,8 +741,11 @@ impl Gate for TenantGate {
         self.sched.cfg.piece_bytes
     }
 
+    /// This tenant's terms; a removed tenant's are `u64::MAX`, so that its
+    /// waiters ask again and are refused.
     fn terms(&self) -> u64 {
-        self.sched.terms.load(Ordering::Acquire)
+        let st = self.sched.state.lock();
+        st.tenants.get(&self.name).map_or(u64::MAX, |t| t.terms)
     }
 
     fn cancel(&self, dir: Dir, len: u64, at: Nanos) {

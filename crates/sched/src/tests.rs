@@ -483,3 +483,27 @@ fn new_terms_let_a_waiting_booking_be_given_back_and_asked_again() {
     assert_ne!(g.terms(), terms);
     assert_eq!(at(&g, Dir::Write, 16 * K), clock.now());
 }
+
+#[test]
+fn terms_change_only_for_the_tenant_whose_curve_changed() {
+    let (_, s) = sched(None);
+    let a = s
+        .add_tenant("a", tenant(Some(linear(100.0, 10.0)), 1, false))
+        .unwrap();
+    let b = s
+        .add_tenant("b", tenant(Some(linear(100.0, 10.0)), 1, false))
+        .unwrap();
+    let (ta, tb) = (a.terms(), b.terms());
+    // Another tenant's change leaves a's waiters where they are.
+    s.set_tenant("b", tenant(None, 1, false)).unwrap();
+    assert_eq!(a.terms(), ta);
+    assert_ne!(b.terms(), tb);
+    // The unit's curve is everybody's terms.
+    let tb = b.terms();
+    s.set_unit_curve(Some(linear(1000.0, 100.0)));
+    assert!(a.terms() != ta && b.terms() != tb);
+    // A removed tenant's waiters ask again and are refused.
+    s.remove_tenant("a").unwrap();
+    assert_eq!(a.terms(), u64::MAX);
+    assert!(a.reserve(Dir::Read, K).is_err());
+}
